@@ -1,0 +1,92 @@
+/**
+ * The API key format: generation, the cheap well-formedness check and hashing.
+ *
+ * A key is `isk_` + 30 base62 characters of randomness (178 bits) + 6 base62
+ * characters of CRC32 over the first 34 characters, 40 characters in all.
+ * The fixed prefix lets secret scanners recognise a leaked key; the checksum
+ * lets the server refuse a mistyped or invented key without touching the store.
+ *
+ * @module
+ */
+
+import { createHash } from "node:crypto";
+import { crc32 } from "node:zlib";
+
+/** The fixed prefix of every key, for secret scanners. */
+export const KEY_PREFIX = "isk_";
+/** The length of every key, in characters. */
+export const KEY_LENGTH = 40;
+
+const BODY_LENGTH = 30;
+const CHECKSUM_LENGTH = 6;
+const ALPHABET =
+  "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/** Matches exactly the key format; exported so URL scanning uses the same rule. */
+export const KEY_PATTERN = /isk_[0-9A-Za-z]{36}/;
+const WHOLE_KEY = new RegExp(`^${KEY_PATTERN.source}$`);
+
+/** A freshly generated key with what may be stored about it. */
+export interface NewApiKey {
+  /** The secret; show it once and drop it. */
+  key: string;
+  /** SHA-256 of the key, hex: the only form the store keeps. */
+  hash: string;
+  /** A non-secret reminder of which key this is: prefix and last four characters. */
+  hint: string;
+}
+
+/** Generates a new key from the platform CSPRNG. */
+export function generateApiKey(): NewApiKey {
+  const body = randomBase62(BODY_LENGTH);
+  const key = KEY_PREFIX + body + checksum(KEY_PREFIX + body);
+  return { key, hash: hashApiKey(key), hint: keyHint(key) };
+}
+
+/**
+ * True when the value has the prefix, length, alphabet and checksum of a key.
+ * Synchronous and allocation-light: it runs before any hashing or store read.
+ */
+export function isWellFormedApiKey(value: string): boolean {
+  if (value.length !== KEY_LENGTH || !WHOLE_KEY.test(value)) return false;
+  const payload = value.slice(0, KEY_LENGTH - CHECKSUM_LENGTH);
+  return checksum(payload) === value.slice(KEY_LENGTH - CHECKSUM_LENGTH);
+}
+
+/**
+ * SHA-256 of the key, hex.
+ *
+ * A fast hash is enough: keys carry 178 random bits, so there is no dictionary
+ * to slow down, and node:crypto hashes synchronously, unlike crypto.subtle.
+ */
+export function hashApiKey(key: string): string {
+  return createHash("sha256").update(key).digest("hex");
+}
+
+/** `isk_…` and the key's last four characters: enough to recognise, useless to guess. */
+export function keyHint(key: string): string {
+  return `${KEY_PREFIX}…${key.slice(-4)}`;
+}
+
+function checksum(payload: string): string {
+  return toBase62(crc32(payload), CHECKSUM_LENGTH);
+}
+
+function toBase62(value: number, width: number): string {
+  let out = "";
+  for (let i = 0; i < width; i++) {
+    out = ALPHABET[value % 62] + out;
+    value = Math.floor(value / 62);
+  }
+  return out;
+}
+
+function randomBase62(length: number): string {
+  let out = "";
+  while (out.length < length) {
+    for (const byte of crypto.getRandomValues(new Uint8Array(length * 2))) {
+      // 248 = 4 * 62: bytes above it are dropped so every character is equally likely.
+      if (byte < 248 && out.length < length) out += ALPHABET[byte % 62];
+    }
+  }
+  return out;
+}

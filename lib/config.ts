@@ -1,0 +1,120 @@
+/**
+ * Reads the service's configuration from environment variables.
+ *
+ * Every variable is parsed in one place so that a bad value stops the start
+ * with one line naming the variable and what it accepts, before anything
+ * listens or opens the store.
+ *
+ * @module
+ */
+
+/** Where the key records live. */
+export type StoreLocation =
+  | { kind: "kv"; path: string }
+  | { kind: "postgres"; url: string };
+
+/** The server's configuration, fully parsed and validated. */
+export interface Config {
+  /** TCP port to listen on. */
+  port: number;
+  /** Address to listen on. */
+  hostname: string;
+  /** The store the keys are kept in. */
+  store: StoreLocation;
+}
+
+/** A bad configuration value; its message is meant for the operator as is. */
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+/** Reads one variable; returns undefined when unset. */
+export type EnvReader = (name: string) => string | undefined;
+
+/** The default location of the embedded store, relative to the working directory. */
+export const DEFAULT_KV_PATH = "./data/keys.db";
+
+/** The store location alone, for the admin console, which does not listen. */
+export function readStoreLocation(env: EnvReader): StoreLocation {
+  const path = nonEmpty(env, "DENO_KV_PATH") ?? DEFAULT_KV_PATH;
+  if (!isKvPath(path)) {
+    throw new ConfigError(
+      `DENO_KV_PATH must be a file path, ":memory:" or a URL, not ${
+        JSON.stringify(path)
+      }`,
+    );
+  }
+  return { kind: "kv", path };
+}
+
+/** The whole server configuration. */
+export function readConfig(env: EnvReader): Config {
+  return {
+    port: integer(env, "PORT", { default: 8000, min: 0, max: 65535 }),
+    hostname: hostname(env, "HOST", "0.0.0.0"),
+    store: readStoreLocation(env),
+  };
+}
+
+/** Reads the process environment; a variable the process may not read counts as unset. */
+export function processEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotCapable) return undefined;
+    throw error;
+  }
+}
+
+function nonEmpty(env: EnvReader, name: string): string | undefined {
+  const value = env(name);
+  return value === undefined || value.trim() === "" ? undefined : value.trim();
+}
+
+interface IntegerRule {
+  default: number;
+  min: number;
+  max: number;
+}
+
+/** Parses a whole number in range; exported for the variables later modules add. */
+export function integer(
+  env: EnvReader,
+  name: string,
+  rule: IntegerRule,
+): number {
+  const raw = nonEmpty(env, name);
+  if (raw === undefined) return rule.default;
+  const value = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(value) || value < rule.min || value > rule.max) {
+    throw new ConfigError(
+      `${name} must be a whole number from ${rule.min} to ${rule.max}, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return value;
+}
+
+function hostname(env: EnvReader, name: string, fallback: string): string {
+  const raw = nonEmpty(env, name);
+  if (raw === undefined) return fallback;
+  // An IPv4 or IPv6 literal, or a DNS name: nothing with a scheme, port or path.
+  if (!/^(?:[A-Za-z0-9.-]+|\[?[0-9A-Fa-f:.]+\]?)$/.test(raw)) {
+    throw new ConfigError(
+      `${name} must be an IP address or host name such as 0.0.0.0 or 127.0.0.1, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return raw.replace(/^\[(.*)\]$/, "$1");
+}
+
+function isKvPath(path: string): boolean {
+  if (path === ":memory:") return true;
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(path)) {
+    return URL.canParse(path) && /^https?:$/.test(new URL(path).protocol);
+  }
+  // A file path: not a folder, and no NUL byte that the OS would cut at.
+  return !path.endsWith("/") && !path.includes("\0");
+}

@@ -1,0 +1,305 @@
+/**
+ * The Deno KV store: the only module that touches Deno KV.
+ *
+ * Layout (one key-builder function each, below):
+ * - `["keys", id]` → KeyRecord, the primary copy
+ * - `["keys_by_hash", hash]` → KeyRecord, a full copy so a request needs one read
+ * - `["keys_by_name", lowercased name]` → id, for valid keys only
+ * - `["counters", "key_id"]` → KvU64, the last id handed out
+ * - `["revision"]` → KvU64, the sequence number of the last change: caches
+ *   compare it, and every change checks it, so changes are totally ordered
+ * - `["audit", revision]` → AuditEntry, so the log lists in the order of changes
+ *
+ * Every change is one `atomic()` that `check()`s every entry it read, so two
+ * admins generating at the same moment cannot share an id or a name; a
+ * conflict or a locked database file is retried with backoff.
+ *
+ * @module
+ */
+
+import {
+  type AuditEntry,
+  type ChangeOptions,
+  KeyNotFoundError,
+  type KeyRecord,
+  type KeyStore,
+  nameKey,
+  type NewKeyInput,
+  normalizeEmail,
+  normalizeName,
+  type RevokeOptions,
+  type RevokeResult,
+  type RotateResult,
+  StoreInputError,
+  StoreUnavailableError,
+} from "./store.ts";
+
+const keyById = (id: number) => ["keys", id] as const;
+const keyByHash = (hash: string) => ["keys_by_hash", hash] as const;
+const keyByName = (name: string) => ["keys_by_name", nameKey(name)] as const;
+const KEY_ID_COUNTER = ["counters", "key_id"] as const;
+/** Bumped by every change; exported for the tests that prove caches see it. */
+export const REVISION = ["revision"] as const;
+const auditKey = (revision: bigint) => ["audit", revision] as const;
+
+/** Opens (creating its folder when missing) a KV store at a path, ":memory:" or URL. */
+export async function openKvStore(path: string): Promise<KvKeyStore> {
+  if (path !== ":memory:" && !/^https?:\/\//.test(path)) {
+    const folder = path.includes("/")
+      ? path.slice(0, path.lastIndexOf("/"))
+      : "";
+    if (folder !== "") await Deno.mkdir(folder, { recursive: true });
+  }
+  return new KvKeyStore(await Deno.openKv(path));
+}
+
+/** {@linkcode KeyStore} on Deno KV. */
+export class KvKeyStore implements KeyStore {
+  #kv: Deno.Kv;
+
+  constructor(kv: Deno.Kv) {
+    this.#kv = kv;
+  }
+
+  async findByHash(hash: string): Promise<KeyRecord | null> {
+    return (await this.#read<KeyRecord>(keyByHash(hash))).value;
+  }
+
+  async get(id: number): Promise<KeyRecord | null> {
+    return (await this.#read<KeyRecord>(keyById(id))).value;
+  }
+
+  async getByName(name: string): Promise<KeyRecord | null> {
+    const entry = await this.#read<number>(keyByName(name));
+    return entry.value === null ? null : await this.get(entry.value);
+  }
+
+  async *list(
+    options: { includeRevoked?: boolean } = {},
+  ): AsyncIterable<KeyRecord> {
+    for await (
+      const entry of this.#kv.list<KeyRecord>({ prefix: ["keys"] }, {
+        batchSize: 500,
+      })
+    ) {
+      if (options.includeRevoked || entry.value.status === "valid") {
+        yield entry.value;
+      }
+    }
+  }
+
+  async create(input: NewKeyInput, options: ChangeOptions): Promise<KeyRecord> {
+    const name = normalizeName(input.name);
+    const email = normalizeEmail(input.email);
+    return await this.#change(async (at, revision) => {
+      const [counter, byName, byHash] = await this.#kv.getMany<
+        [Deno.KvU64, number, KeyRecord]
+      >([KEY_ID_COUNTER, keyByName(name), keyByHash(input.hash)]);
+      if (byName.value !== null) throw nameTaken(name, byName.value);
+      if (byHash.value !== null) {
+        throw new StoreInputError(
+          "generated key collides; run the command again",
+        );
+      }
+      const record = newRecord(nextId(counter), { ...input, name, email }, at);
+      const op = this.#kv.atomic().check(counter, byName, byHash)
+        .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(record.id)));
+      putRecord(op, record);
+      op.set(keyByName(name), record.id);
+      audit(op, at, revision, {
+        action: "create",
+        keyId: record.id,
+        ...options,
+      });
+      return { op, result: record };
+    });
+  }
+
+  revoke(id: number, options: RevokeOptions): Promise<RevokeResult> {
+    return this.#change<RevokeResult>(async (at, revision) => {
+      const current = await this.#kv.get<KeyRecord>(keyById(id));
+      if (current.value === null) throw notFound(id);
+      if (current.value.status === "revoked") {
+        return { op: null, result: { record: current.value, changed: false } };
+      }
+      const record = revoked(current.value, at, options.reason);
+      const op = this.#kv.atomic().check(current);
+      putRecord(op, record);
+      op.delete(keyByName(record.name));
+      audit(op, at, revision, {
+        action: "revoke",
+        keyId: id,
+        actor: options.actor,
+        detail: options.reason ?? null,
+      });
+      return { op, result: { record, changed: true } };
+    });
+  }
+
+  rotate(
+    id: number,
+    replacement: Pick<NewKeyInput, "hash" | "hint">,
+    options: ChangeOptions,
+  ): Promise<RotateResult> {
+    return this.#change(async (at, revision) => {
+      const current = await this.#kv.get<KeyRecord>(keyById(id));
+      if (current.value === null) throw notFound(id);
+      if (current.value.status === "revoked") {
+        throw new StoreInputError(
+          `key ${id} is revoked; create a new key instead of rotating it`,
+        );
+      }
+      const [counter, byHash] = await this.#kv.getMany<
+        [Deno.KvU64, KeyRecord]
+      >([KEY_ID_COUNTER, keyByHash(replacement.hash)]);
+      if (byHash.value !== null) {
+        throw new StoreInputError(
+          "generated key collides; run the command again",
+        );
+      }
+      const created = newRecord(nextId(counter), {
+        ...replacement,
+        name: current.value.name,
+        email: current.value.email,
+      }, at);
+      const old = revoked(
+        current.value,
+        at,
+        `rotated: replaced by key ${created.id}`,
+      );
+      const op = this.#kv.atomic().check(current, counter, byHash)
+        .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(created.id)));
+      putRecord(op, old);
+      putRecord(op, created);
+      op.set(keyByName(created.name), created.id);
+      audit(op, at, revision, {
+        action: "rotate",
+        keyId: id,
+        actor: options.actor,
+        detail: `replaced by key ${created.id}`,
+      });
+      return { op, result: { revoked: old, created } };
+    });
+  }
+
+  async *audit(options: { keyId?: number } = {}): AsyncIterable<AuditEntry> {
+    for await (
+      const entry of this.#kv.list<AuditEntry>({ prefix: ["audit"] }, {
+        batchSize: 500,
+      })
+    ) {
+      if (options.keyId === undefined || entry.value.keyId === options.keyId) {
+        yield entry.value;
+      }
+    }
+  }
+
+  close(): Promise<void> {
+    this.#kv.close();
+    return Promise.resolve();
+  }
+
+  async #read<T>(key: Deno.KvKey): Promise<Deno.KvEntryMaybe<T>> {
+    try {
+      return await this.#kv.get<T>(key, { consistency: "strong" });
+    } catch (error) {
+      throw new StoreUnavailableError("the key store cannot be read", {
+        cause: error,
+      });
+    }
+  }
+
+  /**
+   * Runs `attempt` until its atomic operation commits. `attempt` reads what it
+   * needs afresh each time, so a retry after a conflict decides on current data.
+   */
+  async #change<T>(
+    attempt: (
+      at: Date,
+      revision: bigint,
+    ) => Promise<{ op: Deno.AtomicOperation | null; result: T }>,
+  ): Promise<T> {
+    for (let tries = 1;; tries++) {
+      const current = await this.#kv.get<Deno.KvU64>(REVISION);
+      const revision = (current.value?.value ?? 0n) + 1n;
+      const { op, result } = await attempt(new Date(), revision);
+      if (op === null) return result;
+      try {
+        const res = await op.check(current)
+          .set(REVISION, new Deno.KvU64(revision)).commit();
+        if (res.ok) return result;
+      } catch (error) {
+        // Another process holds the SQLite write lock: wait and go again.
+        if (!String(error).includes("database is locked")) throw error;
+      }
+      if (tries >= MAX_TRIES) {
+        throw new StoreUnavailableError(
+          `the key store stayed busy through ${MAX_TRIES} attempts; try again`,
+        );
+      }
+      await backoff(tries);
+    }
+  }
+}
+
+const MAX_TRIES = 60;
+
+function backoff(tries: number): Promise<void> {
+  // Full jitter keeps many writers from waking in step.
+  const ceiling = Math.min(250, 2 ** Math.min(tries, 8));
+  return new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
+}
+
+function nextId(counter: Deno.KvEntryMaybe<Deno.KvU64>): number {
+  return Number((counter.value?.value ?? 0n) + 1n);
+}
+
+function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
+  return {
+    id,
+    name: input.name,
+    email: input.email,
+    status: "valid",
+    hash: input.hash,
+    hint: input.hint,
+    createdAt: at.toISOString(),
+    revokedAt: null,
+    revokedReason: null,
+  };
+}
+
+function revoked(record: KeyRecord, at: Date, reason?: string): KeyRecord {
+  return {
+    ...record,
+    status: "revoked",
+    revokedAt: at.toISOString(),
+    revokedReason: reason ?? null,
+  };
+}
+
+function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
+  op.set(keyById(record.id), record).set(keyByHash(record.hash), record);
+}
+
+function audit(
+  op: Deno.AtomicOperation,
+  at: Date,
+  revision: bigint,
+  entry: Omit<AuditEntry, "at" | "detail"> & { detail?: string | null },
+): void {
+  op.set(auditKey(revision), { at: at.toISOString(), detail: null, ...entry });
+}
+
+function notFound(id: number): KeyNotFoundError {
+  return new KeyNotFoundError(
+    `key ${id} does not exist; run "keys list --all" to see the keys`,
+  );
+}
+
+function nameTaken(name: string, id: number): StoreInputError {
+  return new StoreInputError(
+    `name ${
+      JSON.stringify(name)
+    } is already used by valid key ${id}; choose another name or revoke key ${id} first`,
+  );
+}

@@ -1,0 +1,179 @@
+/**
+ * The store interface: everything the server and the admin console need of
+ * the place where key records live, and the rules every store enforces alike.
+ *
+ * The server and the console only ever see {@linkcode KeyStore}; which store
+ * backs it is decided once, in {@linkcode openStore}.
+ *
+ * @module
+ */
+
+import type { StoreLocation } from "./config.ts";
+
+/** The two states of the specification: usable, or revoked for good. */
+export type KeyStatus = "valid" | "revoked";
+
+/** Everything kept about one key. The key itself is never part of it. */
+export interface KeyRecord {
+  /** 1, 2, 3 …: reported to the caller as `apiKeyId`. */
+  id: number;
+  /** Unique among valid keys, so the list stays readable. */
+  name: string;
+  /** The integrator's registration. */
+  email: string;
+  status: KeyStatus;
+  /** SHA-256 of the key, hex. */
+  hash: string;
+  /** Prefix and last four characters, to recognise the key by. */
+  hint: string;
+  createdAt: string;
+  revokedAt: string | null;
+  revokedReason: string | null;
+}
+
+/** What the admin supplies for a new key, plus the hash of the generated secret. */
+export interface NewKeyInput {
+  name: string;
+  email: string;
+  hash: string;
+  hint: string;
+}
+
+/** One line of the audit log. */
+export interface AuditEntry {
+  at: string;
+  action: "create" | "revoke" | "rotate";
+  keyId: number;
+  /** Who did it: OS user and host for the console. */
+  actor: string;
+  detail: string | null;
+}
+
+/** Who performs a change, for the audit log. */
+export interface ChangeOptions {
+  actor: string;
+}
+
+/** Options of {@linkcode KeyStore.revoke}. */
+export interface RevokeOptions extends ChangeOptions {
+  reason?: string;
+}
+
+/** The result of a revocation: `changed` is false when the key was already revoked. */
+export interface RevokeResult {
+  record: KeyRecord;
+  changed: boolean;
+}
+
+/** The result of a rotation: the revoked key and its replacement. */
+export interface RotateResult {
+  revoked: KeyRecord;
+  created: KeyRecord;
+}
+
+/**
+ * The store contract. Every change is atomic (the whole change and its audit
+ * line, or nothing) and every read is strongly consistent, so a revocation
+ * holds for the very next request in every process sharing the store.
+ */
+export interface KeyStore {
+  /** The record whose hash matches, valid or revoked; null when none. */
+  findByHash(hash: string): Promise<KeyRecord | null>;
+  /** The record with this id, valid or revoked; null when none. */
+  get(id: number): Promise<KeyRecord | null>;
+  /** The valid key with this name (names are compared case-insensitively). */
+  getByName(name: string): Promise<KeyRecord | null>;
+  /** Records in id order, streamed; valid ones only unless `includeRevoked`. */
+  list(options?: { includeRevoked?: boolean }): AsyncIterable<KeyRecord>;
+  /** Stores a new valid key under the next id. */
+  create(input: NewKeyInput, options: ChangeOptions): Promise<KeyRecord>;
+  /** Revokes a key; revoking a revoked key changes nothing. */
+  revoke(id: number, options: RevokeOptions): Promise<RevokeResult>;
+  /** Revokes a key and stores its replacement, same name and e-mail, in one step. */
+  rotate(
+    id: number,
+    replacement: Pick<NewKeyInput, "hash" | "hint">,
+    options: ChangeOptions,
+  ): Promise<RotateResult>;
+  /** The audit log, oldest first, streamed. */
+  audit(options?: { keyId?: number }): AsyncIterable<AuditEntry>;
+  /** Releases the store. */
+  close(): Promise<void>;
+}
+
+/** A request the store refuses; its message is meant for the admin as is. */
+export class StoreInputError extends Error {
+  override name = "StoreInputError";
+}
+
+/** No key has the id or name asked for. */
+export class KeyNotFoundError extends StoreInputError {
+  override name = "KeyNotFoundError";
+}
+
+/** The store could not be reached or read: the caller should retry later, not drop its key. */
+export class StoreUnavailableError extends Error {
+  override name = "StoreUnavailableError";
+}
+
+const NAME_MAX = 64;
+const EMAIL_MAX = 254;
+
+/** Checks and tidies a key name; throws {@linkcode StoreInputError} when unusable. */
+export function normalizeName(name: string): string {
+  const tidy = name.normalize("NFC").trim();
+  if (tidy === "") {
+    throw new StoreInputError("name must not be empty; name the installation");
+  }
+  if ([...tidy].length > NAME_MAX) {
+    throw new StoreInputError(`name must be at most ${NAME_MAX} characters`);
+  }
+  // deno-lint-ignore no-control-regex
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(tidy)) {
+    throw new StoreInputError("name must not contain control characters");
+  }
+  if (/^\d+$/.test(tidy)) {
+    // A key is referred to by id or by name; an all-digit name would be ambiguous.
+    throw new StoreInputError(
+      "name must not be all digits, as digits refer to a key id",
+    );
+  }
+  return tidy;
+}
+
+/** The form in which names are compared for uniqueness. */
+export function nameKey(name: string): string {
+  return normalizeName(name).toLowerCase();
+}
+
+/** Checks an e-mail address; throws {@linkcode StoreInputError} when unusable. */
+export function normalizeEmail(email: string): string {
+  const tidy = email.trim();
+  // Deliberately practical: one @, a dotted domain, no spaces or control characters.
+  const ok = tidy.length <= EMAIL_MAX &&
+    /^[^\s@\p{Cc}]{1,64}@[^\s@\p{Cc}]+\.[^\s@\p{Cc}.]{2,}$/u.test(tidy) &&
+    !tidy.includes("..");
+  if (!ok) {
+    throw new StoreInputError(
+      `email must be an address such as ops@example.com, not ${
+        JSON.stringify(email)
+      }`,
+    );
+  }
+  return tidy;
+}
+
+/** The record without its hash, as the console shows it. */
+export function publicRecord(record: KeyRecord): Omit<KeyRecord, "hash"> {
+  const { hash: _hash, ...rest } = record;
+  return rest;
+}
+
+/** Opens the store the configuration names. */
+export async function openStore(location: StoreLocation): Promise<KeyStore> {
+  if (location.kind === "kv") {
+    const { openKvStore } = await import("./kv_store.ts");
+    return await openKvStore(location.path);
+  }
+  throw new StoreInputError(`store kind ${location.kind} is not supported`);
+}

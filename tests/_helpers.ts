@@ -1,0 +1,180 @@
+/**
+ * Test helpers: run the real tasks from deno.json as child processes, with
+ * exactly the permissions the tasks declare, in a throwaway working folder.
+ */
+
+import assert from "node:assert/strict";
+
+const ROOT = new URL("../", import.meta.url);
+const DENO_JSON = JSON.parse(
+  await Deno.readTextFile(new URL("deno.json", ROOT)),
+) as { tasks: Record<string, string> };
+
+/** The arguments of a deno.json task after `deno`, with its entrypoint made absolute. */
+export function taskArgs(task: string): string[] {
+  const command = DENO_JSON.tasks[task];
+  assert(command, `deno.json has no task ${task}`);
+  const [deno, ...args] = command.split(/\s+/);
+  assert.equal(deno, "deno", `task ${task} must run deno directly`);
+  return args.map((arg) =>
+    /^[\w/]+\.ts$/.test(arg) ? new URL(arg, ROOT).pathname : arg
+  );
+}
+
+/** A fresh working folder, removed when the test's `using` scope ends. */
+export function tempDir(): { path: string } & Disposable {
+  const path = Deno.makeTempDirSync({ prefix: "isk_test_" });
+  return {
+    path,
+    [Symbol.dispose]() {
+      Deno.removeSync(path, { recursive: true });
+    },
+  };
+}
+
+/** What a finished console command printed. */
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `deno task keys ARGS` in `cwd`. */
+export async function keys(
+  cwd: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<RunResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [...taskArgs("keys"), ...args],
+    cwd,
+    env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  return {
+    code: out.code,
+    stdout: decoder.decode(out.stdout),
+    stderr: decoder.decode(out.stderr),
+  };
+}
+
+/** Creates a key through the console and returns it with its id. */
+export async function createKey(
+  cwd: string,
+  name: string,
+  email = `${name}@example.com`,
+  env: Record<string, string> = {},
+): Promise<{ id: number; key: string }> {
+  const result = await keys(cwd, [
+    "create",
+    "--name",
+    name,
+    "--email",
+    email,
+    "--json",
+  ], env);
+  assert.equal(result.code, 0, result.stderr);
+  const { id, key } = JSON.parse(result.stdout);
+  return { id, key };
+}
+
+/** A server started from the `start` task, listening on a free port. */
+export interface ServerProcess extends AsyncDisposable {
+  /** `http://127.0.0.1:PORT` */
+  url: string;
+  port: number;
+  process: Deno.ChildProcess;
+  /** Everything printed so far on stdout and stderr. */
+  output(): string;
+  /** Sends a signal and waits for the exit code. */
+  stop(signal?: Deno.Signal): Promise<number>;
+}
+
+/** Starts the server with the `start` task's permissions in `cwd`. */
+export async function startServer(
+  cwd: string,
+  env: Record<string, string> = {},
+  task = "start",
+): Promise<ServerProcess> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: taskArgs(task),
+    cwd,
+    env: { PORT: "0", ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let text = "";
+  const collect = async (stream: ReadableStream<Uint8Array>) => {
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      text += chunk;
+    }
+  };
+  const done = Promise.all([collect(child.stdout), collect(child.stderr)]);
+  const deadline = Date.now() + 15_000;
+  let port = 0;
+  while (port === 0) {
+    const match = text.match(
+      /"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/,
+    );
+    if (match) port = Number(match[1]);
+    else if (Date.now() > deadline) {
+      child.kill();
+      await done;
+      throw new Error(`the server did not start:\n${text}`);
+    } else await new Promise((r) => setTimeout(r, 20));
+  }
+  let exit: Promise<number> | undefined;
+  const stop = (signal: Deno.Signal = "SIGTERM") => {
+    if (exit === undefined) {
+      try {
+        child.kill(signal);
+      } catch {
+        // already gone
+      }
+      exit = Promise.all([child.status, done]).then(([s]) => s.code);
+    }
+    return exit;
+  };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    process: child,
+    output: () => text,
+    stop,
+    async [Symbol.asyncDispose]() {
+      await stop();
+    },
+  };
+}
+
+/** GETs the connection route with a key; returns status, headers and body. */
+export async function check(
+  url: string,
+  key?: string,
+): Promise<{ status: number; headers: Headers; body: string }> {
+  const response = await fetch(`${url}/api/v1/integration/connection`, {
+    headers: key === undefined ? {} : { "X-API-Key": key },
+  });
+  return {
+    status: response.status,
+    headers: response.headers,
+    body: await response.text(),
+  };
+}
+
+/** Every file below a folder, read as bytes decoded as latin1 (nothing is lost). */
+export async function readTree(path: string): Promise<string> {
+  let all = "";
+  for await (const entry of Deno.readDir(path)) {
+    const full = `${path}/${entry.name}`;
+    if (entry.isDirectory) all += await readTree(full);
+    else if (entry.isFile) {
+      all += new TextDecoder("latin1").decode(await Deno.readFile(full));
+    }
+  }
+  return all;
+}

@@ -1,0 +1,60 @@
+import assert from "node:assert/strict";
+import { openKvStore, REVISION } from "../lib/kv_store.ts";
+import { generateApiKey } from "../lib/api_key.ts";
+import { storeContract } from "./_store_contract.ts";
+
+storeContract("kv store", async () => {
+  const store = await openKvStore(":memory:");
+  return Object.assign(store, { [Symbol.asyncDispose]: () => store.close() });
+});
+
+Deno.test("kv store: a store file reopened keeps valid keys valid and revoked keys revoked", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/nested/keys.db`;
+    const a = generateApiKey();
+    const b = generateApiKey();
+    const first = await openKvStore(path);
+    await first.create({ name: "a", email: "a@example.com", ...a }, {
+      actor: "t",
+    });
+    const revoked = await first.create({
+      name: "b",
+      email: "b@example.com",
+      ...b,
+    }, { actor: "t" });
+    await first.revoke(revoked.id, { actor: "t" });
+    await first.close();
+    const second = await openKvStore(path);
+    assert.equal((await second.findByHash(a.hash))?.status, "valid");
+    assert.equal((await second.findByHash(b.hash))?.status, "revoked");
+    await second.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("kv store: every change bumps the revision that caches watch", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/keys.db`;
+    const store = await openKvStore(path);
+    const kv = await Deno.openKv(path);
+    const revision = async () =>
+      (await kv.get<Deno.KvU64>(REVISION)).value?.value ?? 0n;
+    const before = await revision();
+    const record = await store.create({
+      name: "a",
+      email: "a@example.com",
+      ...generateApiKey(),
+    }, { actor: "t" });
+    const afterCreate = await revision();
+    await store.revoke(record.id, { actor: "t" });
+    const afterRevoke = await revision();
+    assert.ok(afterCreate > before && afterRevoke > afterCreate);
+    kv.close();
+    await store.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
