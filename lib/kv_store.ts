@@ -9,6 +9,9 @@
  * - `["revision"]` → KvU64, the sequence number of the last change: caches
  *   compare it, and every change checks it, so changes are totally ordered
  * - `["audit", revision]` → AuditEntry, so the log lists in the order of changes
+ * - `["last_used", id]` → ISO time, written apart from the record so that it
+ *   neither moves the revision nor contends with admin changes
+ * - `["importing"]` → true while an import runs, so a failed one can be wiped
  *
  * Every change is one `atomic()` that `check()`s every entry it read, so two
  * admins generating at the same moment cannot share an id or a name; a
@@ -17,9 +20,12 @@
  * @module
  */
 
+import { checkImportedAudit, checkImportedRecord } from "./_import_check.ts";
 import {
   type AuditEntry,
   type ChangeOptions,
+  type ExportItem,
+  type ExposeOptions,
   KeyNotFoundError,
   type KeyRecord,
   type KeyStore,
@@ -41,6 +47,10 @@ const KEY_ID_COUNTER = ["counters", "key_id"] as const;
 /** Bumped by every change; exported for the tests that prove caches see it. */
 export const REVISION = ["revision"] as const;
 const auditKey = (revision: bigint) => ["audit", revision] as const;
+const lastUsedKey = (id: number) => ["last_used", id] as const;
+const IMPORTING = ["importing"] as const;
+/** Mutations per atomic operation during an import, well under KV's limit. */
+const IMPORT_BATCH = 400;
 
 /** Opens (creating its folder when missing) a KV store at a path, ":memory:" or URL. */
 export async function openKvStore(path: string): Promise<KvKeyStore> {
@@ -66,7 +76,11 @@ export class KvKeyStore implements KeyStore {
   }
 
   async get(id: number): Promise<KeyRecord | null> {
-    return (await this.#read<KeyRecord>(keyById(id))).value;
+    const [record, used] = await this.#kv.getMany<[KeyRecord, string]>([
+      keyById(id),
+      lastUsedKey(id),
+    ]);
+    return record.value && { ...record.value, lastUsedAt: used.value };
   }
 
   async getByName(name: string): Promise<KeyRecord | null> {
@@ -77,13 +91,25 @@ export class KvKeyStore implements KeyStore {
   async *list(
     options: { includeRevoked?: boolean } = {},
   ): AsyncIterable<KeyRecord> {
+    // Both prefixes list in id order, so one pass over each joins them.
+    const used = this.#kv.list<string>({ prefix: ["last_used"] }, {
+      batchSize: 500,
+    })[Symbol.asyncIterator]();
+    let next = await used.next();
     for await (
       const entry of this.#kv.list<KeyRecord>({ prefix: ["keys"] }, {
         batchSize: 500,
       })
     ) {
+      const id = entry.value.id;
+      while (!next.done && (next.value.key[1] as number) < id) {
+        next = await used.next();
+      }
       if (options.includeRevoked || entry.value.status === "valid") {
-        yield entry.value;
+        const lastUsedAt = !next.done && next.value.key[1] === id
+          ? next.value.value
+          : null;
+        yield { ...entry.value, lastUsedAt };
       }
     }
   }
@@ -194,6 +220,181 @@ export class KvKeyStore implements KeyStore {
     }
   }
 
+  async revision(): Promise<bigint> {
+    return (await this.#read<Deno.KvU64>(REVISION)).value?.value ?? 0n;
+  }
+
+  async findByHashAt(
+    hash: string,
+  ): Promise<{ record: KeyRecord | null; revision: bigint }> {
+    let entries;
+    try {
+      // getMany reads one snapshot: the record is exactly as of that revision.
+      entries = await this.#kv.getMany<[Deno.KvU64, KeyRecord]>([
+        REVISION,
+        keyByHash(hash),
+      ]);
+    } catch (error) {
+      throw new StoreUnavailableError("the key store cannot be read", {
+        cause: error,
+      });
+    }
+    return {
+      revision: entries[0].value?.value ?? 0n,
+      record: entries[1].value,
+    };
+  }
+
+  markExposed(id: number, options: ExposeOptions): Promise<boolean> {
+    return this.#change<boolean>(async (at, revision) => {
+      const current = await this.#kv.get<KeyRecord>(keyById(id));
+      if (current.value === null) throw notFound(id);
+      if (current.value.exposedAt !== null) return { op: null, result: false };
+      const op = this.#kv.atomic().check(current);
+      putRecord(op, {
+        ...current.value,
+        exposedAt: at.toISOString(),
+        exposedFrom: options.from,
+      });
+      audit(op, at, revision, {
+        action: "expose",
+        keyId: id,
+        actor: options.actor,
+        detail: `sent in a URL from ${options.from}; rotate it`,
+      });
+      return { op, result: true };
+    });
+  }
+
+  async recordLastUsed(
+    uses: Iterable<{ id: number; at: Date }>,
+  ): Promise<void> {
+    let op = this.#kv.atomic();
+    let size = 0;
+    for (const { id, at } of uses) {
+      op.set(lastUsedKey(id), at.toISOString());
+      if (++size === IMPORT_BATCH) {
+        await op.commit();
+        op = this.#kv.atomic();
+        size = 0;
+      }
+    }
+    if (size > 0) await op.commit();
+  }
+
+  async *exportAll(): AsyncIterable<ExportItem> {
+    for await (const record of this.list({ includeRevoked: true })) {
+      yield { type: "key", record };
+    }
+    for await (const entry of this.audit()) yield { type: "audit", entry };
+  }
+
+  async importAll(
+    items: AsyncIterable<ExportItem>,
+    options: ChangeOptions,
+  ): Promise<{ keys: number; audit: number }> {
+    const marker = await this.#kv.get<boolean>(IMPORTING);
+    if (marker.value) await this.#wipe(); // a previous import died half-way
+    else if (!(await this.#isEmpty())) {
+      throw new StoreInputError(
+        "the store is not empty; import only into a new store, so that no key is lost or duplicated",
+      );
+    }
+    const start = await this.#kv.atomic().check({
+      key: REVISION,
+      versionstamp: null,
+    }).set(IMPORTING, true).commit();
+    if (!start.ok) {
+      throw new StoreInputError(
+        "the store changed while the import began; run it again",
+      );
+    }
+    try {
+      const counts = await this.#writeImport(items);
+      const at = new Date();
+      const revision = BigInt(counts.audit + 1);
+      const op = this.#kv.atomic()
+        .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
+        .set(REVISION, new Deno.KvU64(revision))
+        .delete(IMPORTING);
+      audit(op, at, revision, {
+        action: "import",
+        keyId: 0,
+        actor: options.actor,
+        detail: `${counts.keys} keys and ${counts.audit} audit lines`,
+      });
+      await op.commit();
+      return { keys: counts.keys, audit: counts.audit };
+    } catch (error) {
+      await this.#wipe();
+      throw error;
+    }
+  }
+
+  async #writeImport(
+    items: AsyncIterable<ExportItem>,
+  ): Promise<{ keys: number; audit: number; maxId: number }> {
+    const counts = { keys: 0, audit: 0, maxId: 0 };
+    const names = new Set<string>();
+    let op = this.#kv.atomic();
+    let size = 0;
+    for await (const item of items) {
+      if (item.type === "key") {
+        const record = checkImportedRecord(item.record, names);
+        const { lastUsedAt, ...stored } = record;
+        putRecord(op, { ...stored, lastUsedAt: null });
+        if (record.status === "valid") {
+          op.set(keyByName(record.name), record.id);
+        }
+        if (lastUsedAt) op.set(lastUsedKey(record.id), lastUsedAt);
+        counts.keys++;
+        counts.maxId = Math.max(counts.maxId, record.id);
+        size += 4;
+      } else if (item.type === "audit") {
+        op.set(
+          auditKey(BigInt(++counts.audit)),
+          checkImportedAudit(item.entry),
+        );
+        size += 1;
+      } else {
+        throw new StoreInputError(
+          `the import holds an item of unknown type ${
+            JSON.stringify((item as { type: unknown }).type)
+          }`,
+        );
+      }
+      if (size >= IMPORT_BATCH) {
+        await commitOrFail(op);
+        op = this.#kv.atomic();
+        size = 0;
+      }
+    }
+    if (size > 0) await commitOrFail(op);
+    return counts;
+  }
+
+  async #isEmpty(): Promise<boolean> {
+    for await (const _ of this.#kv.list({ prefix: [] }, { limit: 1 })) {
+      return false;
+    }
+    return true;
+  }
+
+  async #wipe(): Promise<void> {
+    let op = this.#kv.atomic();
+    let size = 0;
+    for await (const entry of this.#kv.list({ prefix: [] })) {
+      if (entry.key[0] === IMPORTING[0]) continue;
+      op.delete(entry.key);
+      if (++size === IMPORT_BATCH) {
+        await commitOrFail(op);
+        op = this.#kv.atomic();
+        size = 0;
+      }
+    }
+    await commitOrFail(op.delete(IMPORTING));
+  }
+
   close(): Promise<void> {
     this.#kv.close();
     return Promise.resolve();
@@ -265,6 +466,9 @@ function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
     createdAt: at.toISOString(),
     revokedAt: null,
     revokedReason: null,
+    exposedAt: null,
+    exposedFrom: null,
+    lastUsedAt: null,
   };
 }
 
@@ -278,7 +482,18 @@ function revoked(record: KeyRecord, at: Date, reason?: string): KeyRecord {
 }
 
 function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
-  op.set(keyById(record.id), record).set(keyByHash(record.hash), record);
+  // lastUsedAt lives under its own key; the stored copies always say null.
+  const stored = { ...record, lastUsedAt: null };
+  op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
+}
+
+async function commitOrFail(op: Deno.AtomicOperation): Promise<void> {
+  const result = await op.commit();
+  if (!result.ok) {
+    throw new StoreUnavailableError(
+      "a write to the key store was refused; run the command again",
+    );
+  }
 }
 
 function audit(

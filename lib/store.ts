@@ -29,6 +29,15 @@ export interface KeyRecord {
   createdAt: string;
   revokedAt: string | null;
   revokedReason: string | null;
+  /** When the key was first seen in a URL, where anyone along the way may have logged it. */
+  exposedAt: string | null;
+  /** The client address that sent it in the URL. */
+  exposedFrom: string | null;
+  /**
+   * When the key last authenticated a request, to the minute; filled in by
+   * `get()` and `list()` only, as it is written apart from the record.
+   */
+  lastUsedAt: string | null;
 }
 
 /** What the admin supplies for a new key, plus the hash of the generated secret. */
@@ -42,7 +51,7 @@ export interface NewKeyInput {
 /** One line of the audit log. */
 export interface AuditEntry {
   at: string;
-  action: "create" | "revoke" | "rotate";
+  action: "create" | "revoke" | "rotate" | "expose" | "import";
   keyId: number;
   /** Who did it: OS user and host for the console. */
   actor: string;
@@ -58,6 +67,17 @@ export interface ChangeOptions {
 export interface RevokeOptions extends ChangeOptions {
   reason?: string;
 }
+
+/** Options of {@linkcode KeyStore.markExposed}. */
+export interface ExposeOptions extends ChangeOptions {
+  /** The client address the key came from. */
+  from: string;
+}
+
+/** One line of a backup: a key record or an audit line, in store order. */
+export type ExportItem =
+  | { type: "key"; record: KeyRecord }
+  | { type: "audit"; entry: AuditEntry };
 
 /** The result of a revocation: `changed` is false when the key was already revoked. */
 export interface RevokeResult {
@@ -97,6 +117,35 @@ export interface KeyStore {
   ): Promise<RotateResult>;
   /** The audit log, oldest first, streamed. */
   audit(options?: { keyId?: number }): AsyncIterable<AuditEntry>;
+  /**
+   * The sequence number of the last change. Any change to any record moves
+   * it, so a cache that saw revision R is current while the store is still at R.
+   */
+  revision(): Promise<bigint>;
+  /**
+   * `findByHash()` together with the revision the record was read at, in one
+   * consistent read: the pair a cache needs.
+   */
+  findByHashAt(
+    hash: string,
+  ): Promise<{ record: KeyRecord | null; revision: bigint }>;
+  /**
+   * Marks a key as exposed in a URL; only the first exposure is recorded (and
+   * audited). Returns true when this call marked it. The key stays valid.
+   */
+  markExposed(id: number, options: ExposeOptions): Promise<boolean>;
+  /** Records when keys were last used. Best effort: no audit line, no revision. */
+  recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
+  /** Every key record (hashes, never keys) and audit line, for a backup. */
+  exportAll(): AsyncIterable<ExportItem>;
+  /**
+   * Restores an export into an empty store, then audits the import. Refuses
+   * a store that is not empty, and leaves nothing half-written on failure.
+   */
+  importAll(
+    items: AsyncIterable<ExportItem>,
+    options: ChangeOptions,
+  ): Promise<{ keys: number; audit: number }>;
   /** Releases the store. */
   close(): Promise<void>;
 }

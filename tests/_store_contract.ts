@@ -212,4 +212,154 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     );
     assert.equal(sameName.filter((r) => r.status === "fulfilled").length, 1);
   });
+
+  test("revision() moves with every change and findByHashAt() reads record and revision together", async (store) => {
+    const r0 = await store.revision();
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const r1 = await store.revision();
+    assert.ok(r1 > r0);
+    assert.deepEqual(await store.findByHashAt(a.hash), {
+      record: a,
+      revision: r1,
+    });
+    await store.revoke(a.id, { actor: ACTOR });
+    const seen = await store.findByHashAt(a.hash);
+    assert.ok(seen.revision > r1);
+    assert.equal(seen.record?.status, "revoked");
+    assert.deepEqual(await store.findByHashAt(generateApiKey().hash), {
+      record: null,
+      revision: seen.revision,
+    });
+  });
+
+  test("markExposed() records the first exposure, audits it once and leaves the key valid", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    assert.equal(
+      await store.markExposed(a.id, { actor: "server", from: "203.0.113.9" }),
+      true,
+    );
+    assert.equal(
+      await store.markExposed(a.id, { actor: "server", from: "198.51.100.1" }),
+      false,
+    );
+    const record = await store.get(a.id);
+    assert.equal(record?.status, "valid");
+    assert.equal(record?.exposedFrom, "203.0.113.9");
+    assert.ok(record?.exposedAt);
+    assert.equal((await store.findByHash(a.hash))?.exposedFrom, "203.0.113.9");
+    const exposes = (await collect(store.audit())).filter((e) =>
+      e.action === "expose"
+    );
+    assert.equal(exposes.length, 1);
+    assert.match(exposes[0].detail ?? "", /203\.0\.113\.9/);
+  });
+
+  test("recordLastUsed() shows in get() and list() without moving the revision", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const b = await store.create(input("b"), { actor: ACTOR });
+    const before = await store.revision();
+    const at = new Date("2026-01-02T03:04:00.000Z");
+    await store.recordLastUsed([{ id: b.id, at }]);
+    assert.equal(await store.revision(), before);
+    assert.equal((await store.get(b.id))?.lastUsedAt, at.toISOString());
+    assert.equal((await store.get(a.id))?.lastUsedAt, null);
+    const listed = await collect(store.list());
+    assert.deepEqual(listed.map((r) => r.lastUsedAt), [null, at.toISOString()]);
+  });
+
+  test("exportAll() then importAll() into an empty store gives the same keys, audit and next id", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const b = await store.create(input("b"), { actor: ACTOR });
+    await store.revoke(a.id, { actor: ACTOR, reason: "gone" });
+    await store.recordLastUsed([{
+      id: b.id,
+      at: new Date("2026-01-02T03:04:00.000Z"),
+    }]);
+    const items = await collect(store.exportAll());
+    await using target = await open();
+    const counts = await target.importAll(
+      (async function* () {
+        yield* items;
+      })(),
+      { actor: ACTOR },
+    );
+    assert.deepEqual(counts, { keys: 2, audit: 3 });
+    assert.deepEqual(
+      await collect(target.list({ includeRevoked: true })),
+      await collect(store.list({ includeRevoked: true })),
+    );
+    assert.equal((await target.findByHash(b.hash))?.status, "valid");
+    assert.equal((await target.findByHash(a.hash))?.status, "revoked");
+    const next = await target.create(input("c"), { actor: ACTOR });
+    assert.equal(next.id, 3);
+    assert.deepEqual((await collect(target.audit())).map((e) => e.action), [
+      "create",
+      "create",
+      "revoke",
+      "import",
+      "create",
+    ]);
+    await assert.rejects(
+      target.create(input("b"), { actor: ACTOR }),
+      StoreInputError,
+    );
+  });
+
+  test("importAll() refuses a store that is not empty and changes nothing", async (store) => {
+    await store.create(input("a"), { actor: ACTOR });
+    const before = await collect(store.exportAll());
+    const other = { ...input("z"), id: 9 };
+    await assert.rejects(
+      store.importAll(
+        (async function* () {
+          yield {
+            type: "key" as const,
+            record: {
+              ...other,
+              status: "valid" as const,
+              createdAt: new Date().toISOString(),
+              revokedAt: null,
+              revokedReason: null,
+              exposedAt: null,
+              exposedFrom: null,
+              lastUsedAt: null,
+            },
+          };
+        })(),
+        { actor: ACTOR },
+      ),
+      (e: Error) => e instanceof StoreInputError && /not empty/.test(e.message),
+    );
+    assert.deepEqual(await collect(store.exportAll()), before);
+  });
+
+  test("importAll() of a broken export leaves the store empty and usable", async (store) => {
+    const good = {
+      ...input("a"),
+      id: 1,
+      status: "valid" as const,
+      createdAt: new Date().toISOString(),
+      revokedAt: null,
+      revokedReason: null,
+      exposedAt: null,
+      exposedFrom: null,
+      lastUsedAt: null,
+    };
+    await assert.rejects(
+      store.importAll(
+        (async function* () {
+          yield { type: "key" as const, record: good };
+          yield {
+            type: "key" as const,
+            record: { ...good, id: 2, hash: "not-a-hash" },
+          };
+        })(),
+        { actor: ACTOR },
+      ),
+      StoreInputError,
+    );
+    assert.deepEqual(await collect(store.exportAll()), []);
+    assert.equal(await store.findByHash(good.hash), null);
+    assert.equal((await store.create(input("b"), { actor: ACTOR })).id, 1);
+  });
 }
