@@ -14,7 +14,7 @@ import { generateApiKey } from "./lib/api_key.ts";
 import { ConfigError, processEnv, readStoreLocation } from "./lib/config.ts";
 import {
   type AuditEntry,
-  KeyNotFoundError,
+  keyNotFound,
   type KeyRecord,
   type KeyStore,
   normalizeEmail,
@@ -86,7 +86,7 @@ const COMMANDS: Record<string, Command> = {
       } catch (error) {
         throw new UsageError(
           `--${
-            error instanceof Error && error.message.startsWith("email")
+            error instanceof Error && error.message.startsWith("Email")
               ? "email"
               : "name"
           }: ${error instanceof Error ? error.message : error}`,
@@ -99,14 +99,14 @@ const COMMANDS: Record<string, Command> = {
         hash: fresh.hash,
         hint: fresh.hint,
       }, { actor });
-      if (json) {
-        out.line(JSON.stringify({ ...publicRecord(record), key: fresh.key }));
-      } else {
-        out.line(fresh.key);
-        console.error(
-          `Created key ${record.id} "${record.name}" for ${record.email}.\n${STORE_WARNING}`,
-        );
-      }
+      out.line(
+        json
+          ? JSON.stringify({ ...publicRecord(record), key: fresh.key })
+          : fresh.key,
+      );
+      console.error(
+        `Created key ${record.id} "${record.name}" for ${record.email}.\n${STORE_WARNING}`,
+      );
     },
   },
   list: {
@@ -190,18 +190,18 @@ const COMMANDS: Record<string, Command> = {
       const { revoked, created } = await store.rotate(target.id, fresh, {
         actor,
       });
-      if (json) {
-        out.line(JSON.stringify({
-          ...publicRecord(created),
-          key: fresh.key,
-          replaces: publicRecord(revoked),
-        }));
-      } else {
-        out.line(fresh.key);
-        console.error(
-          `Revoked key ${revoked.id} and created key ${created.id} "${created.name}" for ${created.email}.\n${STORE_WARNING}`,
-        );
-      }
+      out.line(
+        json
+          ? JSON.stringify({
+            ...publicRecord(created),
+            key: fresh.key,
+            replaces: publicRecord(revoked),
+          })
+          : fresh.key,
+      );
+      console.error(
+        `Revoked key ${revoked.id} and created key ${created.id} "${created.name}" for ${created.email}.\n${STORE_WARNING}`,
+      );
     },
   },
   audit: {
@@ -270,13 +270,7 @@ async function resolve(store: KeyStore, ref: string): Promise<KeyRecord> {
     ? await store.get(Number(ref))
     : await store.getByName(ref);
   if (record === null) {
-    throw new KeyNotFoundError(
-      /^\d+$/.test(ref)
-        ? `key ${ref} does not exist; run "keys list --all" to see the keys`
-        : `no valid key is named ${
-          JSON.stringify(ref)
-        }; run "keys list" to see the names`,
-    );
+    throw keyNotFound(/^\d+$/.test(ref) ? Number(ref) : ref);
   }
   return record;
 }
@@ -374,7 +368,7 @@ function parse(args: string[]): {
   const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
   if (command === undefined) {
     throw new UsageError(
-      `unknown command ${JSON.stringify(name)}; the commands are ${
+      `Unknown command ${JSON.stringify(name)}; the commands are ${
         Object.keys(COMMANDS).join(", ")
       } (see --help)`,
     );
@@ -399,12 +393,7 @@ function parse(args: string[]): {
     // node:util's messages are long and end in a period; keep the first sentence.
     const message = error instanceof Error ? error.message : String(error);
     throw new UsageError(
-      `${
-        message.split(/\.\s|\.$/)[0].replace(
-          /^Unknown option/,
-          "unknown option",
-        )
-      }; see "keys ${name} --help"`,
+      `${message.split(/\.\s|\.$/)[0]}; see "keys ${name} --help"`,
     );
   }
   if (parsed.values.help) return { help: commandHelp(name, command) };
@@ -479,9 +468,9 @@ function failure(error: unknown): string {
     return error.message;
   }
   if (error instanceof Deno.errors.NotCapable) {
-    return `the store is outside what this task may read and write: ${error.message}; keep DENO_KV_PATH under ./data or run admin.ts with matching --allow flags`;
+    return `The store is outside what this task may read and write: ${error.message}; keep DENO_KV_PATH under ./data or run admin.ts with matching --allow flags`;
   }
-  return `the command failed: ${
+  return `The command failed: ${
     error instanceof Error ? error.message : String(error)
   }`;
 }

@@ -52,13 +52,13 @@ if (import.meta.main) {
 function startFailure(error: unknown): string {
   if (error instanceof ConfigError) return error.message;
   if (error instanceof Deno.errors.NotCapable) {
-    return `the start was refused a permission: ${error.message}; ` +
+    return `The start was refused a permission: ${error.message}; ` +
       `the start task may only listen on 0.0.0.0 or 127.0.0.1 and use ./data, so set HOST and DENO_KV_PATH within those or run main.ts with matching --allow flags`;
   }
   if (error instanceof Deno.errors.AddrInUse) {
-    return `the address is already in use: ${error.message}; stop the other server or set PORT`;
+    return `The address is already in use: ${error.message}; stop the other server or set PORT`;
   }
-  return `the server could not start: ${
+  return `The server could not start: ${
     error instanceof Error ? error.message : String(error)
   }`;
 }

@@ -16,7 +16,7 @@ const ACTIONS = new Set(["create", "revoke", "rotate", "expose", "import"]);
 
 function fail(what: string, id: unknown): never {
   throw new StoreInputError(
-    `the import's key ${
+    `The import's key ${
       JSON.stringify(id)
     } has ${what}; fix or regenerate the export`,
   );
@@ -95,7 +95,7 @@ export function checkImportedAudit(entry: AuditEntry): AuditEntry {
     typeof entry.actor !== "string"
   ) {
     throw new StoreInputError(
-      `the import holds a malformed audit line ${
+      `The import holds a malformed audit line ${
         JSON.stringify(entry).slice(0, 120)
       }; fix or regenerate the export`,
     );

@@ -26,7 +26,7 @@ import {
   type ChangeOptions,
   type ExportItem,
   type ExposeOptions,
-  KeyNotFoundError,
+  keyNotFound,
   type KeyRecord,
   type KeyStore,
   nameKey,
@@ -124,7 +124,7 @@ export class KvKeyStore implements KeyStore {
       if (byName.value !== null) throw nameTaken(name, byName.value);
       if (byHash.value !== null) {
         throw new StoreInputError(
-          "generated key collides; run the command again",
+          "Generated key collides; run the command again",
         );
       }
       const record = newRecord(nextId(counter), { ...input, name, email }, at);
@@ -144,7 +144,7 @@ export class KvKeyStore implements KeyStore {
   revoke(id: number, options: RevokeOptions): Promise<RevokeResult> {
     return this.#change<RevokeResult>(async (at, revision) => {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
-      if (current.value === null) throw notFound(id);
+      if (current.value === null) throw keyNotFound(id);
       if (current.value.status === "revoked") {
         return { op: null, result: { record: current.value, changed: false } };
       }
@@ -169,10 +169,10 @@ export class KvKeyStore implements KeyStore {
   ): Promise<RotateResult> {
     return this.#change(async (at, revision) => {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
-      if (current.value === null) throw notFound(id);
+      if (current.value === null) throw keyNotFound(id);
       if (current.value.status === "revoked") {
         throw new StoreInputError(
-          `key ${id} is revoked; create a new key instead of rotating it`,
+          `Key ${id} is revoked; create a new key instead of rotating it`,
         );
       }
       const [counter, byHash] = await this.#kv.getMany<
@@ -180,7 +180,7 @@ export class KvKeyStore implements KeyStore {
       >([KEY_ID_COUNTER, keyByHash(replacement.hash)]);
       if (byHash.value !== null) {
         throw new StoreInputError(
-          "generated key collides; run the command again",
+          "Generated key collides; run the command again",
         );
       }
       const created = newRecord(nextId(counter), {
@@ -235,7 +235,7 @@ export class KvKeyStore implements KeyStore {
         keyByHash(hash),
       ]);
     } catch (error) {
-      throw new StoreUnavailableError("the key store cannot be read", {
+      throw new StoreUnavailableError("The key store cannot be read", {
         cause: error,
       });
     }
@@ -248,7 +248,7 @@ export class KvKeyStore implements KeyStore {
   markExposed(id: number, options: ExposeOptions): Promise<boolean> {
     return this.#change<boolean>(async (at, revision) => {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
-      if (current.value === null) throw notFound(id);
+      if (current.value === null) throw keyNotFound(id);
       if (current.value.exposedAt !== null) return { op: null, result: false };
       const op = this.#kv.atomic().check(current);
       putRecord(op, {
@@ -297,7 +297,7 @@ export class KvKeyStore implements KeyStore {
     if (marker.value) await this.#wipe(); // a previous import died half-way
     else if (!(await this.#isEmpty())) {
       throw new StoreInputError(
-        "the store is not empty; import only into a new store, so that no key is lost or duplicated",
+        "The store is not empty; import only into a new store, so that no key is lost or duplicated",
       );
     }
     const start = await this.#kv.atomic().check({
@@ -306,7 +306,7 @@ export class KvKeyStore implements KeyStore {
     }).set(IMPORTING, true).commit();
     if (!start.ok) {
       throw new StoreInputError(
-        "the store changed while the import began; run it again",
+        "The store changed while the import began; run it again",
       );
     }
     try {
@@ -358,7 +358,7 @@ export class KvKeyStore implements KeyStore {
         size += 1;
       } else {
         throw new StoreInputError(
-          `the import holds an item of unknown type ${
+          `The import holds an item of unknown type ${
             JSON.stringify((item as { type: unknown }).type)
           }`,
         );
@@ -404,7 +404,7 @@ export class KvKeyStore implements KeyStore {
     try {
       return await this.#kv.get<T>(key, { consistency: "strong" });
     } catch (error) {
-      throw new StoreUnavailableError("the key store cannot be read", {
+      throw new StoreUnavailableError("The key store cannot be read", {
         cause: error,
       });
     }
@@ -435,7 +435,7 @@ export class KvKeyStore implements KeyStore {
       }
       if (tries >= MAX_TRIES) {
         throw new StoreUnavailableError(
-          `the key store stayed busy through ${MAX_TRIES} attempts; try again`,
+          `The key store stayed busy through ${MAX_TRIES} attempts; try again`,
         );
       }
       await backoff(tries);
@@ -491,7 +491,7 @@ async function commitOrFail(op: Deno.AtomicOperation): Promise<void> {
   const result = await op.commit();
   if (!result.ok) {
     throw new StoreUnavailableError(
-      "a write to the key store was refused; run the command again",
+      "A write to the key store was refused; run the command again",
     );
   }
 }
@@ -505,15 +505,9 @@ function audit(
   op.set(auditKey(revision), { at: at.toISOString(), detail: null, ...entry });
 }
 
-function notFound(id: number): KeyNotFoundError {
-  return new KeyNotFoundError(
-    `key ${id} does not exist; run "keys list --all" to see the keys`,
-  );
-}
-
 function nameTaken(name: string, id: number): StoreInputError {
   return new StoreInputError(
-    `name ${
+    `Name ${
       JSON.stringify(name)
     } is already used by valid key ${id}; choose another name or revoke key ${id} first`,
   );

@@ -160,6 +160,17 @@ export class KeyNotFoundError extends StoreInputError {
   override name = "KeyNotFoundError";
 }
 
+/** The error for a key id or name that matches no key, worded for the admin. */
+export function keyNotFound(ref: number | string): KeyNotFoundError {
+  return new KeyNotFoundError(
+    typeof ref === "number"
+      ? `Key ${ref} does not exist; run "keys list --all" to see the keys`
+      : `No valid key is named ${
+        JSON.stringify(ref)
+      }; run "keys list" to see the names`,
+  );
+}
+
 /** The store could not be reached or read: the caller should retry later, not drop its key. */
 export class StoreUnavailableError extends Error {
   override name = "StoreUnavailableError";
@@ -172,19 +183,19 @@ const EMAIL_MAX = 254;
 export function normalizeName(name: string): string {
   const tidy = name.normalize("NFC").trim();
   if (tidy === "") {
-    throw new StoreInputError("name must not be empty; name the installation");
+    throw new StoreInputError("Name must not be empty; name the installation");
   }
   if ([...tidy].length > NAME_MAX) {
-    throw new StoreInputError(`name must be at most ${NAME_MAX} characters`);
+    throw new StoreInputError(`Name must be at most ${NAME_MAX} characters`);
   }
   // deno-lint-ignore no-control-regex
   if (/[\u0000-\u001f\u007f-\u009f]/.test(tidy)) {
-    throw new StoreInputError("name must not contain control characters");
+    throw new StoreInputError("Name must not contain control characters");
   }
   if (/^\d+$/.test(tidy)) {
     // A key is referred to by id or by name; an all-digit name would be ambiguous.
     throw new StoreInputError(
-      "name must not be all digits, as digits refer to a key id",
+      "Name must not be all digits, as digits refer to a key id",
     );
   }
   return tidy;
@@ -204,7 +215,7 @@ export function normalizeEmail(email: string): string {
     !tidy.includes("..");
   if (!ok) {
     throw new StoreInputError(
-      `email must be an address such as ops@example.com, not ${
+      `Email must be an address such as ops@example.com, not ${
         JSON.stringify(email)
       }`,
     );
@@ -224,5 +235,5 @@ export async function openStore(location: StoreLocation): Promise<KeyStore> {
     const { openKvStore } = await import("./kv_store.ts");
     return await openKvStore(location.path);
   }
-  throw new StoreInputError(`store kind ${location.kind} is not supported`);
+  throw new StoreInputError(`Store kind ${location.kind} is not supported`);
 }

@@ -1,0 +1,161 @@
+import assert from "node:assert/strict";
+import { generateApiKey } from "../lib/api_key.ts";
+import { CONNECTION_PATH, createHandler } from "../lib/handler.ts";
+import { openKvStore } from "../lib/kv_store.ts";
+
+const INFO = {
+  remoteAddr: { transport: "tcp", hostname: "192.0.2.10", port: 40000 },
+  completed: Promise.resolve(),
+} as Deno.ServeHandlerInfo<Deno.NetAddr>;
+
+async function setup() {
+  const store = await openKvStore(":memory:");
+  const valid = generateApiKey();
+  const revoked = generateApiKey();
+  const record = await store.create({
+    name: "berlin",
+    email: "ops@example.com",
+    ...valid,
+  }, { actor: "t" });
+  const gone = await store.create({
+    name: "hamburg",
+    email: "it@example.com",
+    ...revoked,
+  }, { actor: "t" });
+  await store.revoke(gone.id, { actor: "t" });
+  const handler = createHandler(store, {
+    now: () => new Date("2026-11-21T08:00:00.123Z"),
+  });
+  const get = (
+    headers: Record<string, string> = {},
+    path = CONNECTION_PATH,
+    method = "GET",
+  ) =>
+    handler(new Request(`http://localhost${path}`, { method, headers }), INFO);
+  return {
+    store,
+    handler,
+    get,
+    valid: valid.key,
+    revoked: revoked.key,
+    record,
+    [Symbol.asyncDispose]: () => store.close(),
+  };
+}
+
+Deno.test("a valid key gets 200 with exactly the spec's fields and the no-store JSON headers", async () => {
+  await using t = await setup();
+  const response = await t.get({ "X-API-Key": t.valid });
+  assert.equal(response.status, 200);
+  assert.equal(response.headers.get("content-type"), "application/json");
+  assert.equal(response.headers.get("cache-control"), "no-store");
+  assert.equal(response.headers.get("x-content-type-options"), "nosniff");
+  const body = await response.json();
+  assert.deepEqual(body, {
+    connected: true,
+    authenticatedByApiKey: true,
+    apiKeyId: t.record.id,
+    email: "ops@example.com",
+    serverUtc: "2026-11-21T08:00:00.123Z",
+  });
+  assert.deepEqual(Object.keys(body), [
+    "connected",
+    "authenticatedByApiKey",
+    "apiKeyId",
+    "email",
+    "serverUtc",
+  ]);
+});
+
+Deno.test("serverUtc is the current time in ISO 8601 UTC with milliseconds", async () => {
+  const store = await openKvStore(":memory:");
+  try {
+    const k = generateApiKey();
+    await store.create({ name: "a", email: "a@example.com", ...k }, {
+      actor: "t",
+    });
+    const before = Date.now();
+    const response = await createHandler(store)(
+      new Request(`http://localhost${CONNECTION_PATH}`, {
+        headers: { "X-API-Key": k.key },
+      }),
+      INFO,
+    );
+    const { serverUtc } = await response.json();
+    assert.match(serverUtc, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    assert.ok(Math.abs(Date.parse(serverUtc) - before) < 5_000);
+  } finally {
+    await store.close();
+  }
+});
+
+Deno.test("every failure reason gets the same 401, byte for byte", async () => {
+  await using t = await setup();
+  const forged = generateApiKey().key;
+  const reasons: Record<string, Record<string, string>> = {
+    missing: {},
+    empty: { "X-API-Key": "" },
+    malformed: { "X-API-Key": "hunter2" },
+    "bad checksum": {
+      "X-API-Key": t.valid.slice(0, 39) + (t.valid.endsWith("a") ? "b" : "a"),
+    },
+    unknown: { "X-API-Key": forged },
+    revoked: { "X-API-Key": t.revoked },
+    "in another header": { Authorization: `Bearer ${t.valid}` },
+  };
+  const seen = new Set<string>();
+  for (const [reason, headers] of Object.entries(reasons)) {
+    const response = await t.get(headers);
+    assert.equal(response.status, 401, reason);
+    const body = new Uint8Array(await response.arrayBuffer());
+    seen.add(JSON.stringify([[...response.headers], [...body]]));
+  }
+  assert.equal(seen.size, 1, [...seen].join("\n"));
+  const [[headers, body]] = [...seen].map((s) => JSON.parse(s));
+  assert.deepEqual(body, []);
+  assert.ok(
+    (headers as [string, string][]).some(([k, v]) =>
+      k === "www-authenticate" && v.startsWith("ApiKey ")
+    ),
+  );
+});
+
+Deno.test("unknown paths get 404 and other methods on the route get 405 with Allow", async () => {
+  await using t = await setup();
+  for (
+    const path of [
+      "/",
+      "/api/v1",
+      "/api/v2/integration/connection",
+      "/api/v1/integration/connection/x",
+    ]
+  ) {
+    const response = await t.get({ "X-API-Key": t.valid }, path);
+    assert.equal(response.status, 404, path);
+    assert.equal(response.headers.get("cache-control"), "no-store");
+    await response.body?.cancel();
+  }
+  for (const method of ["POST", "PUT", "DELETE", "PATCH"]) {
+    const response = await t.get(
+      { "X-API-Key": t.valid },
+      CONNECTION_PATH,
+      method,
+    );
+    assert.equal(response.status, 405, method);
+    assert.match(response.headers.get("allow") ?? "", /GET/);
+    await response.body?.cancel();
+  }
+});
+
+Deno.test("a store that cannot be read gets 503 with Retry-After, never 401", async () => {
+  const t = await setup();
+  await t.store.close();
+  for (const key of [t.valid, t.revoked, generateApiKey().key]) {
+    const response = await t.get({ "X-API-Key": key });
+    assert.equal(response.status, 503);
+    assert.match(response.headers.get("retry-after") ?? "", /^\d+$/);
+    await response.body?.cancel();
+  }
+  // A malformed key needs no store: it is still refused as such.
+  assert.equal((await t.get({ "X-API-Key": "nope" })).status, 401);
+});
