@@ -7,22 +7,38 @@
 
 import { ConfigError, processEnv, readConfig } from "./lib/config.ts";
 import { createHandler } from "./lib/handler.ts";
+import { LockoutTracker } from "./lib/lockout.ts";
+import { JsonLog } from "./lib/log.ts";
 import { openStore } from "./lib/store.ts";
 
 /** Starts the server; resolves once it has stopped after SIGTERM or SIGINT. */
 export async function serve(): Promise<void> {
   const config = readConfig(processEnv);
+  const log = new JsonLog();
+  const tls = config.tls && {
+    cert: await Deno.readTextFile(config.tls.certFile),
+    key: await Deno.readTextFile(config.tls.keyFile),
+  };
   const store = await openStore(config.store);
-  const handler = createHandler(store);
+  const handler = createHandler(store, {
+    lockout: new LockoutTracker(config.lockout),
+    trustProxyHops: config.trustProxyHops,
+    log: (fields) => log.write(fields),
+  });
   const server = Deno.serve({
     port: config.port,
     hostname: config.hostname,
-    onListen: ({ hostname, port }) =>
-      log({ msg: "listening", address: `http://${hostname}:${port}` }),
+    ...tls,
+    onListen: ({ hostname, port }) => {
+      const scheme = tls ? "https" : "http";
+      const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+      log.write({ msg: "listening", address: `${scheme}://${host}:${port}` });
+      log.flush();
+    },
   }, handler);
 
   const stop = () => {
-    log({ msg: "stopping" });
+    log.write({ msg: "stopping" });
     // shutdown() stops accepting, lets in-flight requests finish, then resolves `finished`.
     server.shutdown();
   };
@@ -32,11 +48,8 @@ export async function serve(): Promise<void> {
   Deno.removeSignalListener("SIGTERM", stop);
   Deno.removeSignalListener("SIGINT", stop);
   await store.close();
-  log({ msg: "stopped" });
-}
-
-function log(fields: Record<string, unknown>): void {
-  console.log(JSON.stringify({ time: new Date().toISOString(), ...fields }));
+  log.write({ msg: "stopped" });
+  log.flush();
 }
 
 if (import.meta.main) {
@@ -53,7 +66,10 @@ function startFailure(error: unknown): string {
   if (error instanceof ConfigError) return error.message;
   if (error instanceof Deno.errors.NotCapable) {
     return `The start was refused a permission: ${error.message}; ` +
-      `the start task may only listen on 0.0.0.0 or 127.0.0.1 and use ./data, so set HOST and DENO_KV_PATH within those or run main.ts with matching --allow flags`;
+      `the start task may only listen on 0.0.0.0, 127.0.0.1 or [::] and read ./data, so keep HOST, DENO_KV_PATH and TLS files within those or run main.ts with matching --allow flags`;
+  }
+  if (error instanceof Deno.errors.NotFound) {
+    return `A file the configuration names does not exist: ${error.message}; check TLS_CERT_FILE and TLS_KEY_FILE`;
   }
   if (error instanceof Deno.errors.AddrInUse) {
     return `The address is already in use: ${error.message}; stop the other server or set PORT`;

@@ -21,6 +21,15 @@ export interface Config {
   hostname: string;
   /** The store the keys are kept in. */
   store: StoreLocation;
+  /**
+   * How many reverse proxies in front of the service append to
+   * X-Forwarded-For. 0: the header is ignored and the client is the TCP peer.
+   */
+  trustProxyHops: number;
+  /** Lock-out of clients that keep failing authentication. */
+  lockout: { maxFailures: number; windowSeconds: number; lockSeconds: number };
+  /** Certificate and private key files (PEM) when the server speaks HTTPS itself. */
+  tls: { certFile: string; keyFile: string } | null;
 }
 
 /** A bad configuration value; its message is meant for the operator as is. */
@@ -53,7 +62,44 @@ export function readConfig(env: EnvReader): Config {
     port: integer(env, "PORT", { default: 8000, min: 0, max: 65535 }),
     hostname: hostname(env, "HOST", "0.0.0.0"),
     store: readStoreLocation(env),
+    trustProxyHops: integer(env, "TRUST_PROXY_HOPS", {
+      default: 0,
+      min: 0,
+      max: 16,
+    }),
+    lockout: {
+      maxFailures: integer(env, "LOCKOUT_MAX_FAILURES", {
+        default: 10,
+        min: 1,
+        max: 1_000_000_000,
+      }),
+      windowSeconds: integer(env, "LOCKOUT_WINDOW_SECONDS", {
+        default: 60,
+        min: 1,
+        max: 86_400,
+      }),
+      lockSeconds: integer(env, "LOCKOUT_SECONDS", {
+        default: 300,
+        min: 1,
+        max: 86_400,
+      }),
+    },
+    tls: tlsFiles(env),
   };
+}
+
+function tlsFiles(env: EnvReader): Config["tls"] {
+  const certFile = nonEmpty(env, "TLS_CERT_FILE");
+  const keyFile = nonEmpty(env, "TLS_KEY_FILE");
+  if (certFile === undefined && keyFile === undefined) return null;
+  if (certFile === undefined || keyFile === undefined) {
+    throw new ConfigError(
+      `TLS_CERT_FILE and TLS_KEY_FILE must be set together; ${
+        certFile === undefined ? "TLS_CERT_FILE" : "TLS_KEY_FILE"
+      } is missing`,
+    );
+  }
+  return { certFile, keyFile };
 }
 
 /** Reads the process environment; a variable the process may not read counts as unset. */

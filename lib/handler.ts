@@ -3,14 +3,24 @@
  * `(request, info)` so that tests call it without a socket and `main.ts` only
  * hands it to `Deno.serve`.
  *
+ * The order on the connection route is the point: lock-out, then keys in the
+ * URL, then the key's format, and only then hashing and the store.
+ *
  * @module
  */
 
+import { hashApiKey, isWellFormedApiKey, KEY_PATTERN } from "./api_key.ts";
 import { API_KEY_HEADER, authenticate } from "./auth.ts";
+import { clientAddress, lockoutKey } from "./client_address.ts";
+import { LockoutTracker } from "./lockout.ts";
 import { type KeyStore, StoreUnavailableError } from "./store.ts";
 
 /** The connection-check route of spec section 4.1. */
 export const CONNECTION_PATH = "/api/v1/integration/connection";
+/** Liveness: the process answers. */
+export const LIVE_PATH = "/api/v1/health/live";
+/** Readiness: the process answers and can read the store. */
+export const READY_PATH = "/api/v1/health/ready";
 
 /** A `Deno.serve` handler. */
 export type Handler = (
@@ -18,12 +28,30 @@ export type Handler = (
   info: Deno.ServeHandlerInfo,
 ) => Promise<Response>;
 
+/** One line of the request log: never a key, a header value or a query string. */
+export interface RequestLogLine {
+  msg: "request";
+  requestId: string;
+  method: string;
+  path: string;
+  status: number;
+  durationMs: number;
+  client: string;
+  apiKeyId?: number;
+}
+
 /** Options of {@linkcode createHandler}. */
 export interface HandlerOptions {
   /** The server clock; tests pin it. */
   now?: () => Date;
   /** Seconds a caller should wait after a 503. */
   retryAfterSeconds?: number;
+  /** Lock-out of clients that keep failing; default 10 failures in 60 s lock for 5 minutes. */
+  lockout?: LockoutTracker;
+  /** Proxies whose X-Forwarded-For entries are trusted; default 0. */
+  trustProxyHops?: number;
+  /** Receives one line per request and one per notable event (lock, exposure). */
+  log?: (fields: Record<string, unknown>) => void;
 }
 
 /** The body of a successful connection check (spec section 2.1). */
@@ -41,7 +69,17 @@ const COMMON_HEADERS = {
   "x-content-type-options": "nosniff",
 } as const;
 
-const ROUTE_METHODS = "GET, HEAD";
+const ALLOW = "GET, HEAD, OPTIONS";
+
+/** Query parameter names that mean "a credential", compared without case, `-` or `_`. */
+const CREDENTIAL_NAMES = new Set([
+  "apikey",
+  "key",
+  "token",
+  "xapikey",
+  "accesstoken",
+]);
+const KEY_ANYWHERE = new RegExp(KEY_PATTERN.source, "g");
 
 /** Builds the handler over a store. */
 export function createHandler(
@@ -50,41 +88,205 @@ export function createHandler(
 ): Handler {
   const now = options.now ?? (() => new Date());
   const retryAfter = String(options.retryAfterSeconds ?? 5);
+  const lockout = options.lockout ??
+    new LockoutTracker({
+      maxFailures: 10,
+      windowSeconds: 60,
+      lockSeconds: 300,
+    });
+  const hops = options.trustProxyHops ?? 0;
+  const log = options.log;
 
-  return async function handle(request) {
-    const path = new URL(request.url).pathname;
-    if (path !== CONNECTION_PATH) {
-      return json(404, { error: "not_found", message: "no such route" });
-    }
+  async function connection(
+    request: Request,
+    query: string,
+    client: string,
+    seen: { apiKeyId?: number },
+  ): Promise<Response> {
+    if (request.method === "OPTIONS") return options204();
     if (request.method !== "GET" && request.method !== "HEAD") {
-      return json(405, {
-        error: "method_not_allowed",
-        message: `use ${ROUTE_METHODS}`,
-      }, { allow: ROUTE_METHODS });
+      return methodNotAllowed();
     }
+    // Before any hashing or store read: a locked client costs almost nothing.
+    const wait = lockout.retryAfter(lockoutKey(client));
+    if (wait > 0) {
+      return json(429, {
+        error: "locked_out",
+        message:
+          "Too many failed authentications from this address; fix the key, then retry after Retry-After seconds",
+      }, { "retry-after": String(wait) });
+    }
+    if (query !== "" && carriesCredential(query)) {
+      await noteExposure(query, client);
+      return json(400, {
+        error: "key_in_url",
+        message:
+          `Send the key in the ${API_KEY_HEADER} header, never in the URL, where proxies and logs keep it`,
+      });
+    }
+    const result = await authenticate(
+      store,
+      request.headers.get(API_KEY_HEADER),
+    );
+    if (!result.ok) {
+      const lock = lockout.fail(lockoutKey(client));
+      if (lock) {
+        log?.({
+          msg: "lockout",
+          client,
+          failures: lock.failures,
+          lockedUntil: lock.lockedUntil.toISOString(),
+        });
+      }
+      return unauthorized();
+    }
+    seen.apiKeyId = result.record.id;
+    const status: ConnectionStatus = {
+      connected: true,
+      authenticatedByApiKey: true,
+      apiKeyId: result.record.id,
+      email: result.record.email,
+      serverUtc: now().toISOString(),
+    };
+    return json(200, status);
+  }
+
+  /** Marks every valid key found in the query as exposed: the admin must rotate it. */
+  async function noteExposure(query: string, client: string): Promise<void> {
+    const text = safeDecode(query);
+    for (const candidate of text.match(KEY_ANYWHERE) ?? []) {
+      if (!isWellFormedApiKey(candidate)) continue;
+      try {
+        const record = await store.findByHash(hashApiKey(candidate));
+        if (record === null || record.status !== "valid") continue;
+        const marked = await store.markExposed(record.id, {
+          actor: "server",
+          from: client,
+        });
+        if (marked) {
+          log?.({ msg: "key_exposed_in_url", apiKeyId: record.id, client });
+        }
+      } catch (error) {
+        // The request is refused either way; a store hiccup must not turn it into a 5xx.
+        if (!(error instanceof StoreUnavailableError)) throw error;
+      }
+    }
+  }
+
+  async function route(
+    request: Request,
+    path: string,
+    query: string,
+    client: string,
+    seen: { apiKeyId?: number },
+  ): Promise<Response> {
+    switch (path) {
+      case CONNECTION_PATH:
+        return await connection(request, query, client, seen);
+      case LIVE_PATH:
+        return probe(request, async () => {});
+      case READY_PATH:
+        return await probe(request, () => store.revision());
+      default:
+        return json(404, { error: "not_found", message: "No such route" });
+    }
+  }
+
+  return async function handle(request, info) {
+    const started = performance.now();
+    const { path, query } = splitTarget(request.url);
+    const client = clientAddress(request, info, { trustProxyHops: hops });
+    const seen: { apiKeyId?: number } = {};
+    let response: Response;
     try {
-      const result = await authenticate(
-        store,
-        request.headers.get(API_KEY_HEADER),
-      );
-      if (!result.ok) return unauthorized();
-      const status: ConnectionStatus = {
-        connected: true,
-        authenticatedByApiKey: true,
-        apiKeyId: result.record.id,
-        email: result.record.email,
-        serverUtc: now().toISOString(),
-      };
-      return json(200, status);
+      response = await route(request, path, query, client, seen);
     } catch (error) {
-      if (!(error instanceof StoreUnavailableError)) throw error;
       // Never 401 here: a 401 tells the integrator to throw its key away.
-      return json(503, {
-        error: "unavailable",
-        message: "the key store cannot be read; retry later",
-      }, { "retry-after": retryAfter });
+      if (error instanceof StoreUnavailableError) {
+        response = json(503, {
+          error: "unavailable",
+          message:
+            "The key store cannot be read; retry later, the key is not at fault",
+        }, { "retry-after": retryAfter });
+      } else {
+        log?.({ msg: "error", path: redact(path), error: errorName(error) });
+        response = json(500, {
+          error: "internal",
+          message: "The request failed on the server; retry later",
+        });
+      }
     }
+    if (log) {
+      const line: RequestLogLine = {
+        msg: "request",
+        requestId: crypto.randomUUID(),
+        method: request.method,
+        path: redact(path),
+        status: response.status,
+        durationMs: Math.round((performance.now() - started) * 1000) / 1000,
+        client,
+      };
+      if (seen.apiKeyId !== undefined) line.apiKeyId = seen.apiKeyId;
+      response.headers.set("x-request-id", line.requestId);
+      log(line as unknown as Record<string, unknown>);
+    }
+    return response;
   };
+}
+
+async function probe(
+  request: Request,
+  check: () => Promise<unknown>,
+): Promise<Response> {
+  if (request.method === "OPTIONS") return options204();
+  if (request.method !== "GET" && request.method !== "HEAD") {
+    return methodNotAllowed();
+  }
+  try {
+    await check();
+    return json(200, { status: "ok" });
+  } catch {
+    return json(503, { status: "unavailable" }, { "retry-after": "5" });
+  }
+}
+
+/**
+ * The path exactly as sent and the query string. Nothing is normalised:
+ * `//`, `..`, `%2e` or a trailing slash simply match no route.
+ */
+function splitTarget(url: string): { path: string; query: string } {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  const mark = url.indexOf("?", start);
+  return mark === -1
+    ? { path: url.slice(start), query: "" }
+    : { path: url.slice(start, mark), query: url.slice(mark + 1) };
+}
+
+function carriesCredential(query: string): boolean {
+  for (const [name, value] of new URLSearchParams(query)) {
+    if (CREDENTIAL_NAMES.has(name.toLowerCase().replace(/[-_]/g, ""))) {
+      return true;
+    }
+    if (KEY_PATTERN.test(name) || KEY_PATTERN.test(value)) return true;
+  }
+  return KEY_PATTERN.test(safeDecode(query));
+}
+
+function safeDecode(text: string): string {
+  try {
+    return decodeURIComponent(text.replaceAll("+", " "));
+  } catch {
+    return text;
+  }
+}
+
+/** A path may hold anything a client typed, a key included: never log one. */
+function redact(path: string): string {
+  return safeDecode(path).replace(KEY_ANYWHERE, "[redacted]");
+}
+
+function errorName(error: unknown): string {
+  return error instanceof Error ? error.name : typeof error;
 }
 
 /**
@@ -99,6 +301,20 @@ function unauthorized(): Response {
       "www-authenticate":
         `ApiKey realm="integration", header="${API_KEY_HEADER}"`,
     },
+  });
+}
+
+function methodNotAllowed(): Response {
+  return json(405, {
+    error: "method_not_allowed",
+    message: `Use ${ALLOW}`,
+  }, { allow: ALLOW });
+}
+
+function options204(): Response {
+  return new Response(null, {
+    status: 204,
+    headers: { ...COMMON_HEADERS, allow: ALLOW },
   });
 }
 

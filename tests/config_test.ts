@@ -3,11 +3,35 @@ import { ConfigError, readConfig } from "../lib/config.ts";
 
 const env = (vars: Record<string, string>) => (name: string) => vars[name];
 
-Deno.test("readConfig() defaults to 0.0.0.0:8000 and ./data/keys.db", () => {
+Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 failures a minute lock for 5 minutes", () => {
   assert.deepEqual(readConfig(env({})), {
     port: 8000,
     hostname: "0.0.0.0",
     store: { kind: "kv", path: "./data/keys.db" },
+    trustProxyHops: 0,
+    lockout: { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 },
+    tls: null,
+  });
+});
+
+Deno.test("readConfig() takes the lock-out, proxy and TLS variables", () => {
+  const config = readConfig(env({
+    TRUST_PROXY_HOPS: "2",
+    LOCKOUT_MAX_FAILURES: "5",
+    LOCKOUT_WINDOW_SECONDS: "30",
+    LOCKOUT_SECONDS: "900",
+    TLS_CERT_FILE: "./data/tls/cert.pem",
+    TLS_KEY_FILE: "./data/tls/key.pem",
+  }));
+  assert.equal(config.trustProxyHops, 2);
+  assert.deepEqual(config.lockout, {
+    maxFailures: 5,
+    windowSeconds: 30,
+    lockSeconds: 900,
+  });
+  assert.deepEqual(config.tls, {
+    certFile: "./data/tls/cert.pem",
+    keyFile: "./data/tls/key.pem",
   });
 });
 
@@ -35,6 +59,18 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       /^DENO_KV_PATH must be a file path, ":memory:" or a URL/,
     ],
     [{ DENO_KV_PATH: "ftp://x/y" }, /^DENO_KV_PATH must be a file path/],
+    [
+      { LOCKOUT_MAX_FAILURES: "0" },
+      /^LOCKOUT_MAX_FAILURES must be a whole number from 1/,
+    ],
+    [
+      { TRUST_PROXY_HOPS: "yes" },
+      /^TRUST_PROXY_HOPS must be a whole number from 0 to 16/,
+    ],
+    [
+      { TLS_CERT_FILE: "c.pem" },
+      /^TLS_CERT_FILE and TLS_KEY_FILE must be set together; TLS_KEY_FILE is missing$/,
+    ],
   ];
   for (const [vars, message] of bad) {
     assert.throws(() => readConfig(env(vars)), (e: Error) => {
