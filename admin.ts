@@ -134,13 +134,24 @@ const COMMANDS: Record<string, Command> = {
         : LIST_COLUMNS;
       out.line(headingLine(columns));
       let count = 0;
+      const exposed: number[] = [];
       for await (const record of records) {
         out.line(rowLine(columns, record));
         count++;
+        if (record.exposedAt !== null && record.status === "valid") {
+          exposed.push(record.id);
+        }
       }
       console.error(
         `${count} ${all ? "" : "valid "}key${count === 1 ? "" : "s"}`,
       );
+      if (exposed.length > 0) {
+        console.error(
+          `Sent in a URL, where proxies and logs may keep them: ${
+            exposed.join(", ")
+          }; rotate each with "keys rotate KEY"`,
+        );
+      }
     },
   },
   show: {
@@ -235,6 +246,14 @@ const LIST_COLUMNS: Column<KeyRecord>[] = [
   { heading: "STATUS", width: 7, cell: (r) => r.status },
   { heading: "CREATED", width: 20, cell: (r) => shortTime(r.createdAt) },
   { heading: "HINT", width: 10, cell: (r) => r.hint },
+  {
+    heading: "EXPOSED IN A URL",
+    width: 48,
+    cell: (r) =>
+      r.exposedAt === null
+        ? ""
+        : `${shortTime(r.exposedAt)} from ${r.exposedFrom}`,
+  },
 ];
 
 const REVOKED_COLUMNS: Column<KeyRecord>[] = [

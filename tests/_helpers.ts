@@ -40,13 +40,22 @@ export interface RunResult {
 }
 
 /** Runs `deno task keys ARGS` in `cwd`. */
-export async function keys(
+export function keys(
   cwd: string,
   args: string[],
   env: Record<string, string> = {},
 ): Promise<RunResult> {
+  return runTask("keys", { cwd, args, env });
+}
+
+/** Runs a deno.json task to completion in `cwd`. */
+export async function runTask(
+  task: string,
+  options: { cwd: string; args?: string[]; env?: Record<string, string> },
+): Promise<RunResult> {
+  const { cwd, args = [], env = {} } = options;
   const out = await new Deno.Command(Deno.execPath(), {
-    args: [...taskArgs("keys"), ...args],
+    args: [...taskArgs(task), ...args],
     cwd,
     env,
     stdin: "null",
@@ -177,4 +186,42 @@ export async function readTree(path: string): Promise<string> {
     }
   }
   return all;
+}
+
+/**
+ * Sends raw bytes over TCP, where fetch cannot (malformed requests), and
+ * returns the status of the first response, or 0 when the server answered
+ * none before closing or within the time limit.
+ */
+export async function rawStatus(
+  port: number,
+  bytes: Uint8Array | string,
+  options: { hostname?: string; timeoutMs?: number } = {},
+): Promise<number> {
+  const conn = await Deno.connect({
+    hostname: options.hostname ?? "127.0.0.1",
+    port,
+  });
+  const data = typeof bytes === "string"
+    ? new TextEncoder().encode(bytes)
+    : bytes;
+  const timer = setTimeout(() => conn.close(), options.timeoutMs ?? 3000);
+  let text = "";
+  try {
+    await conn.write(data).catch(() => 0);
+    const buffer = new Uint8Array(16 * 1024);
+    while (!/^HTTP\/1\.[01] \d{3}[^\n]*\n/.test(text)) {
+      const n = await conn.read(buffer).catch(() => null);
+      if (n === null) break;
+      text += new TextDecoder("latin1").decode(buffer.subarray(0, n));
+    }
+  } finally {
+    clearTimeout(timer);
+    try {
+      conn.close();
+    } catch {
+      // closed by the timer
+    }
+  }
+  return Number(text.match(/^HTTP\/1\.[01] (\d{3})/)?.[1] ?? 0);
 }

@@ -159,3 +159,19 @@ Deno.test("a store that cannot be read gets 503 with Retry-After, never 401", as
   // A malformed key needs no store: it is still refused as such.
   assert.equal((await t.get({ "X-API-Key": "nope" })).status, 401);
 });
+
+Deno.test("readiness fails with 503 when the store cannot be read, while liveness still answers", async () => {
+  const t = await setup();
+  const probe = async (path: string) => {
+    const response = await t.get({}, path);
+    return [response.status, await response.json()];
+  };
+  assert.deepEqual(await probe("/api/v1/health/ready"), [200, {
+    status: "ok",
+  }]);
+  await t.store.close();
+  assert.deepEqual(await probe("/api/v1/health/ready"), [503, {
+    status: "unavailable",
+  }]);
+  assert.deepEqual(await probe("/api/v1/health/live"), [200, { status: "ok" }]);
+});

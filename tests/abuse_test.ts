@@ -1,0 +1,628 @@
+/**
+ * The service under abuse, as a real server process: lock-out, keys in URLs,
+ * hostile bytes, logs, probes, stop, TLS and permissions.
+ */
+
+import assert from "node:assert/strict";
+import {
+  check,
+  createKey,
+  keys,
+  rawStatus,
+  runTask,
+  startServer,
+  tempDir,
+} from "./_helpers.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+
+Deno.test("a loop of wrong keys from one address is locked out with 429 while another address keeps getting 200", async () => {
+  using dir = tempDir();
+  // Dual-stack: ::1 and 127.0.0.1 are two real client addresses on one machine.
+  await using server = await startServer(dir.path, { HOST: "::" });
+  const { key } = await createKey(dir.path, "monitoring");
+  const attacker = `http://[::1]:${server.port}`;
+  const neighbour = `http://127.0.0.1:${server.port}`;
+
+  const statuses = [];
+  for (let i = 0; i < 12; i++) {
+    statuses.push((await check(attacker, `isk_guess${i}`)).status);
+  }
+  assert.deepEqual(statuses, [...Array(10).fill(401), 429, 429]);
+  const locked = await check(attacker, key);
+  assert.equal(locked.status, 429, "a valid key is refused too while locked");
+  const wait = Number(locked.headers.get("retry-after"));
+  assert.ok(wait > 290 && wait <= 300, `Retry-After ${wait}`);
+
+  const ok = await check(neighbour, key);
+  assert.equal(ok.status, 200);
+
+  await server.stop();
+  const lockLines = server.output().split("\n").filter((l) =>
+    l.includes('"msg":"lockout"')
+  );
+  assert.equal(lockLines.length, 1, "one log line per lock");
+  assert.match(lockLines[0], /"client":"::1","failures":10/);
+});
+
+Deno.test("X-Forwarded-For is ignored unless TRUST_PROXY_HOPS is set, so nobody can lock out someone else by forging it", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "monitoring");
+  {
+    await using server = await startServer(dir.path, {
+      LOCKOUT_MAX_FAILURES: "3",
+    });
+    const forge = (xff: string, k: string) =>
+      fetch(`${server.url}${ROUTE}`, {
+        headers: { "X-API-Key": k, "X-Forwarded-For": xff },
+      });
+    // The forged addresses all differ, yet the real peer is one client: it gets locked.
+    for (let i = 0; i < 3; i++) {
+      await (await forge(`203.0.113.${i}`, "wrong")).body?.cancel();
+    }
+    const after = await forge("198.51.100.1", key);
+    await after.body?.cancel();
+    assert.equal(after.status, 429);
+  }
+  {
+    await using server = await startServer(dir.path, {
+      LOCKOUT_MAX_FAILURES: "3",
+      TRUST_PROXY_HOPS: "1",
+    });
+    const via = (xff: string, k: string) =>
+      fetch(`${server.url}${ROUTE}`, {
+        headers: { "X-API-Key": k, "X-Forwarded-For": xff },
+      });
+    for (let i = 0; i < 3; i++) {
+      await (await via("6.6.6.6, 203.0.113.7", "wrong")).body?.cancel();
+    }
+    const attacker = await via("203.0.113.7", key);
+    await attacker.body?.cancel();
+    assert.equal(attacker.status, 429, "the proxy-reported client is locked");
+    const other = await via("203.0.113.7, 198.51.100.2", key);
+    await other.body?.cancel();
+    assert.equal(
+      other.status,
+      200,
+      "another client behind the same proxy is not",
+    );
+  }
+});
+
+Deno.test("a key in the URL is refused with 400, never authenticated, and shows up as exposed in keys list", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path);
+  const leaked = await createKey(dir.path, "leaky-erp");
+  const other = await createKey(dir.path, "careful-erp");
+  const cases = [
+    `?api_key=${leaked.key}`,
+    `?APIKEY=whatever`,
+    `?Token=abc`,
+    `?x-api-key=abc`,
+    `?key=abc`,
+    `?q=${encodeURIComponent(leaked.key)}`,
+    `?${leaked.key}`,
+  ];
+  for (const query of cases) {
+    const response = await fetch(`${server.url}${ROUTE}${query}`, {
+      headers: { "X-API-Key": other.key },
+    });
+    assert.equal(response.status, 400, query.slice(0, 12));
+    const body = await response.json();
+    assert.equal(body.error, "key_in_url");
+    assert.match(body.message, /X-API-Key header/);
+  }
+  // A harmless query string does not get in the way.
+  const harmless = await fetch(`${server.url}${ROUTE}?verbose=1`, {
+    headers: { "X-API-Key": other.key },
+  });
+  await harmless.body?.cancel();
+  assert.equal(harmless.status, 200);
+
+  // The key stays valid (not revoked automatically) but the admin is told.
+  assert.equal((await check(server.url, leaked.key)).status, 200);
+  const list = await keys(dir.path, ["list"]);
+  assert.match(
+    list.stdout,
+    new RegExp(
+      `\\n${leaked.id}\\s+leaky-erp.*\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\dZ from 127\\.0\\.0\\.1`,
+    ),
+  );
+  assert.doesNotMatch(list.stdout, /careful-erp.* from /);
+  assert.match(
+    list.stderr,
+    new RegExp(`Sent in a URL.*: ${leaked.id}; rotate`),
+  );
+  const show = JSON.parse(
+    (await keys(dir.path, ["show", "leaky-erp", "--json"])).stdout,
+  );
+  assert.equal(show.exposedFrom, "127.0.0.1");
+  assert.equal(show.status, "valid");
+  const audit = JSON.parse((await keys(dir.path, ["audit", "--json"])).stdout);
+  assert.equal(
+    audit.filter((e: { action: string }) => e.action === "expose").length,
+    1,
+  );
+});
+
+Deno.test("30+ hostile or malformed requests each get their expected status, and a valid request still gets 200 after each", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "100000",
+  });
+  const { key } = await createKey(dir.path, "steady");
+  const get = (headers: string, target = ROUTE) =>
+    `GET ${target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n${headers}\r\n`;
+  const bytes = (...parts: (string | number[])[]) =>
+    new Uint8Array(
+      parts.flatMap((p) =>
+        typeof p === "string" ? [...new TextEncoder().encode(p)] : p
+      ),
+    );
+  const table: [string, string | Uint8Array, number][] = [
+    ["a valid key", get(`X-API-Key: ${key}\r\n`), 200],
+    ["header name in lower case", get(`x-api-key: ${key}\r\n`), 200],
+    ["no key", get(""), 401],
+    ["empty key", get("X-API-Key: \r\n"), 401],
+    ["key plus one character", get(`X-API-Key: ${key}a\r\n`), 401],
+    ["an 8 KB key", get(`X-API-Key: ${"a".repeat(8192)}\r\n`), 401],
+    [
+      "a non-ASCII key (UTF-8)",
+      get(`X-API-Key: ${key.slice(0, 39)}é\r\n`),
+      401,
+    ],
+    [
+      "a latin1 byte in the key",
+      bytes(
+        get(`X-API-Key: ${key.slice(0, 39)}`).slice(0, -2),
+        [0xff],
+        "\r\n\r\n",
+      ),
+      401,
+    ],
+    [
+      "a no-break space before the key",
+      bytes(
+        `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-API-Key: `,
+        [0xc2, 0xa0],
+        `${key}\r\n\r\n`,
+      ),
+      401,
+    ],
+    [
+      "a no-break space after the key",
+      bytes(
+        `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-API-Key: ${key}`,
+        [0xc2, 0xa0],
+        "\r\n\r\n",
+      ),
+      401,
+    ],
+    [
+      "a space inside the key",
+      get(`X-API-Key: ${key.slice(0, 20)} ${key.slice(20)}\r\n`),
+      401,
+    ],
+    ["a vertical tab after the key", get(`X-API-Key: ${key}\x0b\r\n`), 400],
+    [
+      "the header given twice",
+      get(`X-API-Key: ${key}\r\nX-API-Key: ${key}\r\n`),
+      401,
+    ],
+    [
+      "the header twice, second junk",
+      get(`X-API-Key: ${key}\r\nX-API-Key: nope\r\n`),
+      401,
+    ],
+    [
+      "two keys folded in one header",
+      get(`X-API-Key: ${key}, ${key}\r\n`),
+      401,
+    ],
+    ["the key as a bearer token", get(`Authorization: Bearer ${key}\r\n`), 401],
+    ["the key in a cookie", get(`Cookie: api_key=${key}\r\n`), 401],
+    ["the key in the query", get("", `${ROUTE}?api_key=${key}`), 400],
+    [
+      "a token parameter",
+      get(`X-API-Key: ${key}\r\n`, `${ROUTE}?TOKEN=1`),
+      400,
+    ],
+    [
+      "POST",
+      `POST ${ROUTE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-API-Key: ${key}\r\nContent-Length: 0\r\n\r\n`,
+      405,
+    ],
+    [
+      "DELETE",
+      `DELETE ${ROUTE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-API-Key: ${key}\r\n\r\n`,
+      405,
+    ],
+    [
+      "HEAD",
+      `HEAD ${ROUTE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-API-Key: ${key}\r\n\r\n`,
+      200,
+    ],
+    [
+      "OPTIONS",
+      `OPTIONS ${ROUTE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`,
+      204,
+    ],
+    [
+      "OPTIONS *",
+      `OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`,
+      404,
+    ],
+    ["a trailing slash", get(`X-API-Key: ${key}\r\n`, `${ROUTE}/`), 404],
+    ["a doubled slash", get(`X-API-Key: ${key}\r\n`, `/${ROUTE}`), 404],
+    ["upper case", get(`X-API-Key: ${key}\r\n`, ROUTE.toUpperCase()), 404],
+    [
+      "a percent-encoded letter",
+      get(`X-API-Key: ${key}\r\n`, ROUTE.replace("connection", "%63onnection")),
+      404,
+    ],
+    [
+      "dot segments",
+      get(`X-API-Key: ${key}\r\n`, "/api/v1/health/../integration/connection"),
+      404,
+    ],
+    [
+      "encoded dot segments",
+      get(
+        `X-API-Key: ${key}\r\n`,
+        "/api/v1/health/%2e%2e/integration/connection",
+      ),
+      404,
+    ],
+    [
+      "an unknown version",
+      get(`X-API-Key: ${key}\r\n`, "/api/v2/integration/connection"),
+      404,
+    ],
+    ["not HTTP at all", "HELLO\r\n\r\n", 400],
+    [
+      "binary garbage",
+      new Uint8Array([
+        0x16,
+        0x03,
+        0x01,
+        0x00,
+        0xa5,
+        0x01,
+        0x00,
+        0x00,
+        0xa1,
+        0x03,
+        0x03,
+        13,
+        10,
+        13,
+        10,
+      ]),
+      400,
+    ],
+    ["a header line without a colon", get("NoColonHere\r\n"), 400],
+    [
+      "a NUL byte in a header",
+      bytes(
+        get(`X-API-Key: ${key.slice(0, 10)}`).slice(0, -2),
+        [0],
+        "\r\n\r\n",
+      ),
+      400,
+    ],
+    // Deno's HTTP parser refuses oversized heads with 400 before the handler runs.
+    ["a 100 KB header", get(`X-Padding: ${"a".repeat(100_000)}\r\n`), 400],
+    ["a 100 KB request line", get("", `${ROUTE}?${"a".repeat(100_000)}`), 400],
+    [
+      "Content-Length with Transfer-Encoding",
+      `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+      400,
+    ],
+    [
+      "two Content-Lengths",
+      `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab`,
+      400,
+    ],
+    [
+      "an unknown HTTP version",
+      `GET ${ROUTE} HTTP/9.9\r\nHost: x\r\n\r\n`,
+      400,
+    ],
+  ];
+  assert.ok(table.length >= 30);
+  const failures: string[] = [];
+  for (const [label, request, expected] of table) {
+    const status = await rawStatus(server.port, request);
+    if (status !== expected) {
+      failures.push(`${label}: expected ${expected}, got ${status}`);
+    }
+    const after = await check(server.url, key);
+    if (after.status !== 200) {
+      failures.push(`after ${label}: a valid request got ${after.status}`);
+    }
+  }
+  assert.deepEqual(failures, []);
+});
+
+Deno.test("a client that sends half a request and stalls holds up nobody else", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path);
+  const { key } = await createKey(dir.path, "steady");
+  const stalled = await Promise.all(
+    Array.from({ length: 50 }, async () => {
+      const conn = await Deno.connect({
+        hostname: "127.0.0.1",
+        port: server.port,
+      });
+      await conn.write(
+        new TextEncoder().encode(`GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nX-API-`),
+      );
+      return conn;
+    }),
+  );
+  try {
+    const started = performance.now();
+    for (let i = 0; i < 20; i++) {
+      assert.equal((await check(server.url, key)).status, 200);
+    }
+    assert.ok(
+      performance.now() - started < 2000,
+      "20 requests beside 50 stalled ones",
+    );
+  } finally {
+    for (const conn of stalled) conn.close();
+  }
+});
+
+Deno.test("every response carries nosniff and no-store and no header that names the software", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "2",
+  });
+  const { key } = await createKey(dir.path, "a");
+  const requests: [string, RequestInit][] = [
+    [ROUTE, { headers: { "X-API-Key": key } }],
+    [`${ROUTE}?token=x`, {}],
+    ["/nowhere", {}],
+    [ROUTE, { method: "POST" }],
+    [ROUTE, { method: "OPTIONS" }],
+    ["/api/v1/health/live", {}],
+    ["/api/v1/health/ready", {}],
+    [ROUTE, {}],
+    [ROUTE, {}],
+    [ROUTE, {}], // locked by now: 429
+  ];
+  const statuses = new Set<number>();
+  for (const [path, init] of requests) {
+    const response = await fetch(`${server.url}${path}`, init);
+    await response.body?.cancel();
+    statuses.add(response.status);
+    assert.equal(
+      response.headers.get("x-content-type-options"),
+      "nosniff",
+      path,
+    );
+    assert.equal(response.headers.get("cache-control"), "no-store", path);
+    assert.ok(response.headers.get("date"), path);
+    for (const name of ["server", "x-powered-by", "via"]) {
+      assert.equal(response.headers.get(name), null, name);
+    }
+  }
+  assert.deepEqual([...statuses].sort(), [200, 204, 400, 401, 404, 405, 429]);
+});
+
+Deno.test("the health probes answer without a key and reveal nothing", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path);
+  for (const path of ["/api/v1/health/live", "/api/v1/health/ready"]) {
+    const response = await fetch(`${server.url}${path}`);
+    assert.equal(response.status, 200);
+    assert.deepEqual(await response.json(), { status: "ok" });
+  }
+});
+
+Deno.test("the server logs one JSON line per request and never a key, the X-API-Key header or a query string", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "5",
+  });
+  const valid = await createKey(dir.path, "valid");
+  const revoked = await createKey(dir.path, "revoked");
+  const leaked = await createKey(dir.path, "leaked");
+  await keys(dir.path, ["revoke", "revoked"]);
+  const forged = `isk_${"A".repeat(36)}`;
+  const keysUsed = [valid.key, revoked.key, leaked.key, forged];
+  let sent = 0;
+  const call = async (path: string, key?: string) => {
+    const response = await fetch(`${server.url}${path}`, {
+      headers: key ? { "X-API-Key": key } : {},
+    });
+    await response.body?.cancel();
+    sent++;
+    return response.status;
+  };
+  assert.equal(await call(ROUTE, valid.key), 200);
+  assert.equal(await call(ROUTE, revoked.key), 401);
+  assert.equal(await call(`${ROUTE}?api_key=${leaked.key}`), 400);
+  assert.equal(await call(`${ROUTE}?q=${leaked.key}`, valid.key), 400);
+  assert.equal(await call(`/api/v1/${leaked.key}`), 404);
+  for (let i = 0; i < 6; i++) await call(ROUTE, forged);
+  assert.equal(await call(ROUTE, valid.key), 429);
+  assert.equal(await server.stop(), 0);
+
+  const output = server.output();
+  for (const key of keysUsed) {
+    assert.ok(!output.includes(key.slice(4)), "a key is in the server output");
+  }
+  assert.ok(!/x-api-key/i.test(output), "the header name is in the output");
+  assert.ok(!output.includes("?"), "a query string is in the output");
+  const lines = output.trim().split("\n").map((l) => JSON.parse(l));
+  const requests = lines.filter((l) => l.msg === "request");
+  assert.equal(requests.length, sent);
+  for (const line of requests) {
+    assert.deepEqual(
+      Object.keys(line).filter((k) => k !== "apiKeyId").sort(),
+      [
+        "client",
+        "durationMs",
+        "method",
+        "msg",
+        "path",
+        "requestId",
+        "status",
+        "time",
+      ],
+    );
+    assert.match(line.requestId, /^[0-9a-f-]{36}$/);
+    assert.equal(line.client, "127.0.0.1");
+  }
+  assert.equal(requests[0].apiKeyId, valid.id);
+  assert.equal(requests[0].path, ROUTE);
+  assert.equal(requests[1].apiKeyId, undefined);
+  assert.equal(lines.filter((l) => l.msg === "lockout").length, 1);
+  assert.equal(lines.filter((l) => l.msg === "key_exposed_in_url").length, 1);
+});
+
+for (const signal of ["SIGTERM", "SIGINT"] as const) {
+  Deno.test(`${signal} stops the server gracefully: in-flight requests finish, the store is closed, exit code 0`, async () => {
+    using dir = tempDir();
+    const server = await startServer(dir.path);
+    const { key } = await createKey(dir.path, "a");
+    const inFlight = Array.from(
+      { length: 40 },
+      () =>
+        fetch(`${server.url}${ROUTE}`, { headers: { "X-API-Key": key } })
+          .then(async (r) => (await r.body?.cancel(), r.status))
+          .catch(() => "refused"),
+    );
+    await new Promise((r) => setTimeout(r, 5));
+    const code = await server.stop(signal);
+    const statuses = await Promise.all(inFlight);
+    assert.equal(code, 0);
+    // Each request either completed or was never accepted: none was cut off with an error status.
+    assert.ok(
+      statuses.every((s) => s === 200 || s === "refused"),
+      statuses.join(","),
+    );
+    assert.ok(statuses.includes(200));
+    assert.match(server.output(), /"msg":"stopping"[\s\S]*"msg":"stopped"/);
+    await assert.rejects(fetch(`${server.url}${ROUTE}`));
+    // The store was closed cleanly: the console can use it at once.
+    assert.equal((await keys(dir.path, ["list"])).code, 0);
+  });
+}
+
+Deno.test("TLS_CERT_FILE and TLS_KEY_FILE make the server speak HTTPS", async () => {
+  using dir = tempDir();
+  await Deno.mkdir(`${dir.path}/data/tls`, { recursive: true });
+  const tls = `${dir.path}/data/tls`;
+  await Deno.writeTextFile(
+    `${tls}/leaf.ext`,
+    "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+  );
+  // A throwaway CA and a server certificate it signs, as an operator would have.
+  for (
+    const args of [
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        `${tls}/ca.key`,
+        "-out",
+        `${tls}/ca.pem`,
+      ],
+      [
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        `${tls}/key.pem`,
+        "-out",
+        `${tls}/leaf.csr`,
+      ],
+      [
+        "x509",
+        "-req",
+        "-in",
+        `${tls}/leaf.csr`,
+        "-CA",
+        `${tls}/ca.pem`,
+        "-CAkey",
+        `${tls}/ca.key`,
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        `${tls}/leaf.ext`,
+        "-out",
+        `${tls}/cert.pem`,
+      ],
+    ]
+  ) {
+    const openssl = await new Deno.Command("openssl", {
+      args,
+      stdout: "null",
+      stderr: "piped",
+    }).output();
+    assert.equal(openssl.code, 0, new TextDecoder().decode(openssl.stderr));
+  }
+  await using server = await startServer(dir.path, {
+    TLS_CERT_FILE: "./data/tls/cert.pem",
+    TLS_KEY_FILE: "./data/tls/key.pem",
+  });
+  assert.match(server.output(), /"address":"https:/);
+  const { key, id } = await createKey(dir.path, "a");
+  using client = Deno.createHttpClient({
+    caCerts: [await Deno.readTextFile(`${tls}/ca.pem`)],
+  });
+  const response = await fetch(`https://localhost:${server.port}${ROUTE}`, {
+    client,
+    headers: { "X-API-Key": key },
+  });
+  assert.equal(response.status, 200);
+  assert.equal((await response.json()).apiKeyId, id);
+  assert.equal(
+    await rawStatus(server.port, `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\n\r\n`),
+    0,
+    "no plain HTTP",
+  );
+});
+
+Deno.test("the start task cannot read or write outside its data folder", async () => {
+  using dir = tempDir();
+  const outside = await Deno.makeTempFile();
+  try {
+    const variants: Record<string, string>[] = [
+      { TLS_CERT_FILE: outside, TLS_KEY_FILE: outside },
+      { DENO_KV_PATH: `${outside}.db` },
+    ];
+    for (const env of variants) {
+      const result = await runTask("start", {
+        cwd: dir.path,
+        env: { PORT: "0", ...env },
+      });
+      assert.equal(result.code, 1);
+      assert.match(
+        result.stderr,
+        /^The start was refused a permission: .*Requires (read|write) access/,
+      );
+      assert.equal(result.stderr.trim().split("\n").length, 1);
+    }
+  } finally {
+    await Deno.remove(outside);
+  }
+});
