@@ -6,10 +6,10 @@
  * threshold the client is locked for a fixed time, during which every
  * request from it is refused before any hashing or store read.
  *
- * Memory is bounded: at most `maxClients` addresses are tracked, each with
- * at most `maxFailures` timestamps. When full, the least recently failing
- * client is forgotten first, so a flood from many addresses pushes out its
- * own entries rather than growing the map.
+ * Memory is bounded: at most `maxClients` counting addresses, each with
+ * fewer than `maxFailures` timestamps, plus at most `maxClients` locks. A
+ * flood of failures from ever new addresses pushes out only the stalest
+ * counters, never a lock.
  *
  * @module
  */
@@ -28,13 +28,6 @@ export interface LockoutOptions {
   now?: () => number;
 }
 
-interface Client {
-  /** Failure times, oldest first, at most maxFailures of them. */
-  failures: number[];
-  /** 0 when not locked. */
-  lockedUntil: number;
-}
-
 /** What {@linkcode LockoutTracker.fail} reports when a failure locks the client. */
 export interface LockEvent {
   client: string;
@@ -49,9 +42,14 @@ export class LockoutTracker {
   readonly #lockMs: number;
   readonly #maxClients: number;
   readonly #now: () => number;
-  // A Map iterates in insertion order; re-inserting on each failure keeps the
-  // stalest client first, which is the one to forget when full.
-  readonly #clients = new Map<string, Client>();
+  // Clients still counting: failure times, oldest first. A Map iterates in
+  // insertion order and each failure re-inserts, so the stalest comes first,
+  // and is the one forgotten when the map is full.
+  readonly #failing = new Map<string, number[]>();
+  // Locked clients apart, so that a flood of single failures from fresh
+  // addresses can push out only other counters, never a lock. Locks all
+  // last the same time, so insertion order is expiry order.
+  readonly #locked = new Map<string, number>();
 
   constructor(options: LockoutOptions) {
     this.maxFailures = options.maxFailures;
@@ -63,47 +61,48 @@ export class LockoutTracker {
 
   /** Seconds the client must still wait, or 0 when it may proceed. */
   retryAfter(client: string): number {
-    const entry = this.#clients.get(client);
-    if (entry === undefined || entry.lockedUntil === 0) return 0;
-    const left = entry.lockedUntil - this.#now();
+    const until = this.#locked.get(client);
+    if (until === undefined) return 0;
+    const left = until - this.#now();
     if (left > 0) return Math.ceil(left / 1000);
     // The lock expired: the client starts again with a clean slate.
-    this.#clients.delete(client);
+    this.#locked.delete(client);
     return 0;
   }
 
   /** Records a failed authentication; returns the lock when this failure caused one. */
   fail(client: string): LockEvent | null {
+    if (this.retryAfter(client) > 0) return null;
     const now = this.#now();
-    let entry = this.#clients.get(client);
-    if (entry === undefined) {
-      if (this.#clients.size >= this.#maxClients) {
-        // Forget the stalest client. Should it still be locked, it is
-        // released early: the price of a bound on memory under a flood.
-        this.#clients.delete(this.#clients.keys().next().value!);
-      }
-      entry = { failures: [], lockedUntil: 0 };
-    } else {
-      this.#clients.delete(client);
-    }
-    this.#clients.set(client, entry);
-    if (entry.lockedUntil > now) return null;
     const since = now - this.#windowMs;
-    const failures = entry.failures.filter((t) => t > since);
+    const failures = (this.#failing.get(client) ?? []).filter((t) => t > since);
     failures.push(now);
-    entry.failures = failures.slice(-this.maxFailures);
-    if (failures.length < this.maxFailures) return null;
-    entry.lockedUntil = now + this.#lockMs;
-    entry.failures = [];
+    this.#failing.delete(client);
+    if (failures.length < this.maxFailures) {
+      this.#failing.set(client, failures);
+      if (this.#failing.size > this.#maxClients) {
+        this.#forgetFirst(this.#failing);
+      }
+      return null;
+    }
+    const lockedUntil = now + this.#lockMs;
+    this.#locked.set(client, lockedUntil);
+    // Full of locks (an attacker with thousands of addresses, each failing
+    // enough to be locked): the lock closest to expiry goes first.
+    if (this.#locked.size > this.#maxClients) this.#forgetFirst(this.#locked);
     return {
       client,
       failures: failures.length,
-      lockedUntil: new Date(entry.lockedUntil),
+      lockedUntil: new Date(lockedUntil),
     };
   }
 
-  /** How many clients are tracked: bounded by `maxClients`. */
+  /** How many clients are tracked: at most `maxClients` counting plus as many locked. */
   get size(): number {
-    return this.#clients.size;
+    return this.#failing.size + this.#locked.size;
+  }
+
+  #forgetFirst(map: Map<string, unknown>): void {
+    map.delete(map.keys().next().value!);
   }
 }
