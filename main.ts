@@ -7,6 +7,7 @@
 
 import { ConfigError, processEnv, readConfig } from "./lib/config.ts";
 import { createHandler } from "./lib/handler.ts";
+import { LastUsedRecorder } from "./lib/last_used.ts";
 import { LockoutTracker } from "./lib/lockout.ts";
 import { JsonLog } from "./lib/log.ts";
 import { openStore } from "./lib/store.ts";
@@ -20,10 +21,13 @@ export async function serve(): Promise<void> {
     key: await Deno.readTextFile(config.tls.keyFile),
   };
   const store = await openStore(config.store);
+  const lastUsed = new LastUsedRecorder(store);
   const handler = createHandler(store, {
+    lastUsed,
     lockout: new LockoutTracker(config.lockout),
     trustProxyHops: config.trustProxyHops,
     log: (fields) => log.write(fields),
+    logRequest: (line) => log.request(line),
   });
   const server = Deno.serve({
     port: config.port,
@@ -47,6 +51,7 @@ export async function serve(): Promise<void> {
   await server.finished;
   Deno.removeSignalListener("SIGTERM", stop);
   Deno.removeSignalListener("SIGINT", stop);
+  await lastUsed.close();
   await store.close();
   log.write({ msg: "stopped" });
   log.flush();

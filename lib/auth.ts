@@ -3,13 +3,14 @@
  *
  * The order is the point: the cheap synchronous format check refuses
  * malformed values before any hashing or store read, and only a well-formed
- * key costs a hash and one strongly consistent lookup.
+ * key costs a hash and a strongly consistent lookup.
  *
  * @module
  */
 
 import { hashApiKey, isWellFormedApiKey } from "./api_key.ts";
 import type { KeyRecord, KeyStore } from "./store.ts";
+import { Coalesced } from "./_coalesce.ts";
 
 /** The name of the header that carries the key. */
 export const API_KEY_HEADER = "X-API-Key";
@@ -17,25 +18,71 @@ export const API_KEY_HEADER = "X-API-Key";
 /** Why a request was not authenticated; never shown to the caller. */
 export type AuthFailure = "missing" | "malformed" | "unknown" | "revoked";
 
-/** The outcome of {@linkcode authenticate}. */
+/** The outcome of {@linkcode KeyLookup.authenticate}. */
 export type AuthResult =
   | { ok: true; record: KeyRecord }
   | { ok: false; reason: AuthFailure };
 
+interface Cached {
+  record: KeyRecord | null;
+  revision: bigint;
+}
+
 /**
- * Authenticates the value of the `X-API-Key` header against the store.
- * Throws {@linkcode StoreUnavailableError} when the store cannot be read, so
- * that an outage is never mistaken for a bad key.
+ * Looks keys up in the store, with a cache that can never serve a revoked key.
+ *
+ * Each cached record carries the store revision it was read at, and the
+ * store moves its revision with every change. A cached record is used only
+ * after a revision read that started after the request arrived still shows
+ * that revision, so nothing changed in between: a revocation that returned
+ * before the request was sent, by this process or any other sharing the
+ * store, is always seen. The revision read is shared by all requests waiting
+ * at that moment, so under load one small read serves many requests.
  */
-export async function authenticate(
-  store: KeyStore,
-  header: string | null,
-): Promise<AuthResult> {
-  if (header === null || header === "") return { ok: false, reason: "missing" };
-  // A repeated header arrives folded as "a, b" and fails here too.
-  if (!isWellFormedApiKey(header)) return { ok: false, reason: "malformed" };
-  const record = await store.findByHash(hashApiKey(header));
-  if (record === null) return { ok: false, reason: "unknown" };
-  if (record.status !== "valid") return { ok: false, reason: "revoked" };
-  return { ok: true, record };
+export class KeyLookup {
+  #store: KeyStore;
+  #cache = new Map<string, Cached>();
+  #maxEntries: number;
+  #revision: Coalesced<bigint>;
+
+  /** `maxEntries` bounds the cache; a flood of invented keys only evicts. */
+  constructor(store: KeyStore, options: { maxEntries?: number } = {}) {
+    this.#store = store;
+    this.#maxEntries = options.maxEntries ?? 100_000;
+    this.#revision = new Coalesced(() => store.revision());
+  }
+
+  /**
+   * Authenticates the value of the `X-API-Key` header. Throws
+   * StoreUnavailableError when the store cannot be read, so that an outage
+   * is never mistaken for a bad key.
+   */
+  async authenticate(header: string | null): Promise<AuthResult> {
+    if (header === null || header === "") {
+      return { ok: false, reason: "missing" };
+    }
+    // A repeated header arrives folded as "a, b" and fails here too.
+    if (!isWellFormedApiKey(header)) return { ok: false, reason: "malformed" };
+    const record = await this.#find(hashApiKey(header));
+    if (record === null) return { ok: false, reason: "unknown" };
+    if (record.status !== "valid") return { ok: false, reason: "revoked" };
+    return { ok: true, record };
+  }
+
+  async #find(hash: string): Promise<KeyRecord | null> {
+    const cached = this.#cache.get(hash);
+    if (
+      cached !== undefined && cached.revision === await this.#revision.get()
+    ) {
+      return cached.record;
+    }
+    // Missing or stale: one snapshot read gives the record and its revision.
+    const fresh = await this.#store.findByHashAt(hash);
+    this.#cache.delete(hash);
+    if (this.#cache.size >= this.#maxEntries) {
+      this.#cache.delete(this.#cache.keys().next().value!);
+    }
+    this.#cache.set(hash, fresh);
+    return fresh.record;
+  }
 }

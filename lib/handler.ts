@@ -10,9 +10,12 @@
  */
 
 import { hashApiKey, isWellFormedApiKey, KEY_PATTERN } from "./api_key.ts";
-import { API_KEY_HEADER, authenticate } from "./auth.ts";
+import { API_KEY_HEADER, KeyLookup } from "./auth.ts";
 import { clientAddress, lockoutKey } from "./client_address.ts";
+import type { LastUsedRecorder } from "./last_used.ts";
+import type { RequestLogLine } from "./log.ts";
 import { LockoutTracker } from "./lockout.ts";
+import openapi from "../openapi.json" with { type: "json" };
 import { type KeyStore, StoreUnavailableError } from "./store.ts";
 
 /** The connection-check route of spec section 4.1. */
@@ -21,24 +24,16 @@ export const CONNECTION_PATH = "/api/v1/integration/connection";
 export const LIVE_PATH = "/api/v1/health/live";
 /** Readiness: the process answers and can read the store. */
 export const READY_PATH = "/api/v1/health/ready";
+/** The OpenAPI document of this API. */
+export const OPENAPI_PATH = "/api/v1/openapi.json";
+
+const OPENAPI_BODY = JSON.stringify(openapi);
 
 /** A `Deno.serve` handler. */
 export type Handler = (
   request: Request,
   info: Deno.ServeHandlerInfo,
 ) => Promise<Response>;
-
-/** One line of the request log: never a key, a header value or a query string. */
-export interface RequestLogLine {
-  msg: "request";
-  requestId: string;
-  method: string;
-  path: string;
-  status: number;
-  durationMs: number;
-  client: string;
-  apiKeyId?: number;
-}
 
 /** Options of {@linkcode createHandler}. */
 export interface HandlerOptions {
@@ -50,8 +45,12 @@ export interface HandlerOptions {
   lockout?: LockoutTracker;
   /** Proxies whose X-Forwarded-For entries are trusted; default 0. */
   trustProxyHops?: number;
-  /** Receives one line per request and one per notable event (lock, exposure). */
+  /** Notes which keys are used; written off the request path. */
+  lastUsed?: LastUsedRecorder;
+  /** Receives one line per notable event (lock, exposure, error). */
   log?: (fields: Record<string, unknown>) => void;
+  /** Receives one line per request. */
+  logRequest?: (line: RequestLogLine) => void;
 }
 
 /** The body of a successful connection check (spec section 2.1). */
@@ -96,6 +95,9 @@ export function createHandler(
     });
   const hops = options.trustProxyHops ?? 0;
   const log = options.log;
+  const logRequest = options.logRequest;
+  const lookup = new KeyLookup(store);
+  const lastUsed = options.lastUsed;
 
   async function connection(
     request: Request,
@@ -124,8 +126,7 @@ export function createHandler(
           `Send the key in the ${API_KEY_HEADER} header, never in the URL, where proxies and logs keep it`,
       });
     }
-    const result = await authenticate(
-      store,
+    const result = await lookup.authenticate(
       request.headers.get(API_KEY_HEADER),
     );
     if (!result.ok) {
@@ -141,12 +142,14 @@ export function createHandler(
       return unauthorized();
     }
     seen.apiKeyId = result.record.id;
+    const at = now();
+    lastUsed?.used(result.record.id, at.getTime());
     const status: ConnectionStatus = {
       connected: true,
       authenticatedByApiKey: true,
       apiKeyId: result.record.id,
       email: result.record.email,
-      serverUtc: now().toISOString(),
+      serverUtc: at.toISOString(),
     };
     return json(200, status);
   }
@@ -187,6 +190,8 @@ export function createHandler(
         return probe(request, async () => {});
       case READY_PATH:
         return await probe(request, () => store.revision());
+      case OPENAPI_PATH:
+        return probe(request, async () => {}, OPENAPI_BODY);
       default:
         return json(404, { error: "not_found", message: "No such route" });
     }
@@ -216,10 +221,9 @@ export function createHandler(
         });
       }
     }
-    if (log) {
+    if (logRequest) {
       const line: RequestLogLine = {
-        msg: "request",
-        requestId: crypto.randomUUID(),
+        requestId: nextRequestId(),
         method: request.method,
         path: redact(path),
         status: response.status,
@@ -228,15 +232,17 @@ export function createHandler(
       };
       if (seen.apiKeyId !== undefined) line.apiKeyId = seen.apiKeyId;
       response.headers.set("x-request-id", line.requestId);
-      log(line as unknown as Record<string, unknown>);
+      logRequest(line);
     }
     return response;
   };
 }
 
+/** An unauthenticated GET: a probe, or a fixed document when `body` is given. */
 async function probe(
   request: Request,
   check: () => Promise<unknown>,
+  body?: string,
 ): Promise<Response> {
   if (request.method === "OPTIONS") return options204();
   if (request.method !== "GET" && request.method !== "HEAD") {
@@ -244,7 +250,11 @@ async function probe(
   }
   try {
     await check();
-    return json(200, { status: "ok" });
+    return body === undefined
+      ? json(200, { status: "ok" })
+      : new Response(body, {
+        headers: { ...COMMON_HEADERS, "content-type": "application/json" },
+      });
   } catch {
     return json(503, { status: "unavailable" }, { "retry-after": "5" });
   }
@@ -282,7 +292,21 @@ function safeDecode(text: string): string {
 
 /** A path may hold anything a client typed, a key included: never log one. */
 function redact(path: string): string {
+  // Only a path with "isk_" or an escape can hold a key; most are routes.
+  if (!path.includes("isk_") && !path.includes("%")) return path;
   return safeDecode(path).replace(KEY_ANYWHERE, "[redacted]");
+}
+
+// Unique per process without a random draw per request: a random prefix
+// drawn once, then a counter. Enough to find a request's line in the log.
+const REQUEST_ID_PREFIX = Array.from(
+  crypto.getRandomValues(new Uint8Array(4)),
+  (b) => b.toString(16).padStart(2, "0"),
+).join("");
+let requestCount = 0;
+
+function nextRequestId(): string {
+  return `${REQUEST_ID_PREFIX}-${(++requestCount).toString(36)}`;
 }
 
 function errorName(error: unknown): string {

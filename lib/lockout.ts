@@ -2,14 +2,17 @@
  * Lock-out of clients that keep failing authentication (spec section 7:
  * retrying a failing request in a loop leads to lock-out).
  *
- * Failures are counted per client address in a sliding window. Past the
- * threshold the client is locked for a fixed time, during which every
- * request from it is refused before any hashing or store read.
+ * Failures are counted per client address in a sliding window, estimated
+ * from two fixed windows: the previous window's count weighted by how much
+ * of it still overlaps, plus the current one's. That is O(1) in time and
+ * memory per client whatever the threshold, where a list of timestamps would
+ * cost O(threshold). Past the threshold the client is locked for a fixed
+ * time, during which every request from it is refused before any hashing or
+ * store read.
  *
- * Memory is bounded: at most `maxClients` counting addresses, each with
- * fewer than `maxFailures` timestamps, plus at most `maxClients` locks. A
- * flood of failures from ever new addresses pushes out only the stalest
- * counters, never a lock.
+ * Memory is bounded: at most `maxClients` counting addresses plus at most
+ * `maxClients` locks, three numbers each. A flood of failures from ever new
+ * addresses pushes out only the stalest counters, never a lock.
  *
  * @module
  */
@@ -28,6 +31,13 @@ export interface LockoutOptions {
   now?: () => number;
 }
 
+interface Counter {
+  /** Start of the current fixed window, in ms. */
+  windowStart: number;
+  current: number;
+  previous: number;
+}
+
 /** What {@linkcode LockoutTracker.fail} reports when a failure locks the client. */
 export interface LockEvent {
   client: string;
@@ -42,10 +52,10 @@ export class LockoutTracker {
   readonly #lockMs: number;
   readonly #maxClients: number;
   readonly #now: () => number;
-  // Clients still counting: failure times, oldest first. A Map iterates in
-  // insertion order and each failure re-inserts, so the stalest comes first,
-  // and is the one forgotten when the map is full.
-  readonly #failing = new Map<string, number[]>();
+  // Clients still counting. A Map iterates in insertion order and each
+  // failure re-inserts, so the stalest comes first, and is the one forgotten
+  // when the map is full.
+  readonly #failing = new Map<string, Counter>();
   // Locked clients apart, so that a flood of single failures from fresh
   // addresses can push out only other counters, never a lock. Locks all
   // last the same time, so insertion order is expiry order.
@@ -74,12 +84,20 @@ export class LockoutTracker {
   fail(client: string): LockEvent | null {
     if (this.retryAfter(client) > 0) return null;
     const now = this.#now();
-    const since = now - this.#windowMs;
-    const failures = (this.#failing.get(client) ?? []).filter((t) => t > since);
-    failures.push(now);
+    const counter = this.#failing.get(client) ??
+      { windowStart: now, current: 0, previous: 0 };
+    const windows = Math.floor((now - counter.windowStart) / this.#windowMs);
+    if (windows > 0) {
+      counter.previous = windows === 1 ? counter.current : 0;
+      counter.current = 0;
+      counter.windowStart += windows * this.#windowMs;
+    }
+    counter.current++;
+    const overlap = 1 - (now - counter.windowStart) / this.#windowMs;
+    const failures = counter.current + counter.previous * overlap;
     this.#failing.delete(client);
-    if (failures.length < this.maxFailures) {
-      this.#failing.set(client, failures);
+    if (failures < this.maxFailures) {
+      this.#failing.set(client, counter);
       if (this.#failing.size > this.#maxClients) {
         this.#forgetFirst(this.#failing);
       }
@@ -92,7 +110,7 @@ export class LockoutTracker {
     if (this.#locked.size > this.#maxClients) this.#forgetFirst(this.#locked);
     return {
       client,
-      failures: failures.length,
+      failures: Math.round(failures),
       lockedUntil: new Date(lockedUntil),
     };
   }
