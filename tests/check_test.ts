@@ -1,0 +1,500 @@
+/**
+ * `deno task check`, run as a child process with the task's own permissions
+ * against the real server and against small fake servers for the answers the
+ * real one cannot be made to give on demand (clock off, 429, 503, redirects,
+ * silence). Every run's output is searched for the key.
+ */
+
+import assert from "node:assert/strict";
+import { generateApiKey, KEY_PATTERN } from "../lib/api_key.ts";
+import {
+  CHECK_ENV,
+  type CheckOutcome,
+  formatFirstLine,
+  parseConnectionStatus,
+  readCheckConfig,
+} from "../check.ts";
+import {
+  createKey,
+  keys,
+  type RunResult,
+  startServer,
+  taskArgs,
+  tempDir,
+} from "./_helpers.ts";
+
+const ROOT = new URL("../", import.meta.url).pathname;
+const ROUTE = "/api/v1/integration/connection";
+// Well formed, checksum included, but never issued by any server here.
+const STRANGER_KEY = generateApiKey().key;
+
+/** Runs `deno task check` with only the given variables (and what deno itself needs). */
+async function check(
+  env: Record<string, string>,
+  args: string[] = [],
+): Promise<RunResult> {
+  const inherited: Record<string, string> = {};
+  for (const name of ["PATH", "HOME", "DENO_DIR", "XDG_CACHE_HOME"]) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) inherited[name] = value;
+  }
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [...taskArgs("check"), ...args],
+    cwd: ROOT,
+    clearEnv: true,
+    env: { ...inherited, ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  const result = {
+    code: out.code,
+    stdout: decoder.decode(out.stdout),
+    stderr: decoder.decode(out.stderr),
+  };
+  assertNoKey(result, env[CHECK_ENV.apiKey]);
+  return result;
+}
+
+/** The key, or anything shaped like a key, must never appear in any output. */
+function assertNoKey(result: RunResult, key: string | undefined): void {
+  const all = result.stdout + result.stderr;
+  assert.ok(!KEY_PATTERN.test(all), `the output shows a key:\n${all}`);
+  if (key !== undefined && key.trim().length >= 8) {
+    assert.ok(!all.includes(key.trim()), `the output shows the key:\n${all}`);
+  }
+}
+
+function env(url: string, key: string, extra: Record<string, string> = {}) {
+  return { [CHECK_ENV.baseUrl]: url, [CHECK_ENV.apiKey]: key, ...extra };
+}
+
+function firstLine(result: RunResult): string {
+  return result.stdout.split("\n")[0];
+}
+
+/** What a fake server saw of one request. */
+interface Seen {
+  url: URL;
+  headers: Headers;
+}
+
+/** A throwaway server on loopback that answers with `handler`, recording requests. */
+function fakeServer(
+  handler: (request: Request) => Response | Promise<Response>,
+): { url: string; requests: Seen[] } & AsyncDisposable {
+  const requests: Seen[] = [];
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    (request) => {
+      // Copied now: a request's headers cannot be read once it has closed.
+      requests.push({
+        url: new URL(request.url),
+        headers: new Headers(request.headers),
+      });
+      return handler(request);
+    },
+  );
+  return {
+    url: `http://127.0.0.1:${server.addr.port}`,
+    requests,
+    async [Symbol.asyncDispose]() {
+      await server.shutdown();
+    },
+  };
+}
+
+function statusAt(serverUtc: string): Response {
+  return Response.json({
+    connected: true,
+    authenticatedByApiKey: true,
+    apiKeyId: 7,
+    email: "fake@example.com",
+    serverUtc,
+  });
+}
+
+/** A port with nothing listening: bound, noted, released. */
+function closedPort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+Deno.test("check against the real server: OK, then CRITICAL once the key is revoked", async (t) => {
+  using dir = tempDir();
+  const { id, key } = await createKey(dir.path, "monitor", "ops@example.com");
+  await using server = await startServer(dir.path);
+
+  await t.step("a valid key exits 0 with its id and e-mail", async () => {
+    const result = await check(env(server.url, key));
+    assert.equal(result.code, 0, result.stdout + result.stderr);
+    assert.match(
+      firstLine(result),
+      new RegExp(
+        `^CONNECTION OK - key ${id} \\(ops@example\\.com\\), clock offset [+-]\\d+\\.\\d{3} s, round trip [\\d.]+ ms \\| offset=-?[\\d.]+s;-30:30 rtt=[\\d.]+s;;;0$`,
+      ),
+    );
+    assert.match(result.stdout, /^reachable: +yes, http:\/\/127\.0\.0\.1:/m);
+    assert.match(result.stdout, /^HTTP status: +200$/m);
+    assert.match(result.stdout, new RegExp(`^key id: +${id}$`, "m"));
+    assert.match(result.stdout, /^e-mail: +ops@example\.com$/m);
+    assert.match(result.stdout, /^clock offset: +[+-]\d+\.\d{3} s ± /m);
+  });
+
+  await t.step("--json prints one object with the same facts", async () => {
+    const result = await check(env(server.url + "/", key), ["--json"]);
+    assert.equal(result.code, 0, result.stdout + result.stderr);
+    const outcome = JSON.parse(result.stdout) as CheckOutcome;
+    assert.equal(outcome.state, "OK");
+    assert.equal(outcome.reachable, true);
+    assert.equal(outcome.httpStatus, 200);
+    assert.equal(outcome.apiKeyId, id);
+    assert.equal(outcome.email, "ops@example.com");
+    assert.equal(outcome.url, server.url + ROUTE);
+    // Both processes read the same clock, so only the request's own latency is left.
+    assert.ok(Math.abs(outcome.clockOffsetSeconds!) < 1, result.stdout);
+    assert.ok(outcome.roundTripSeconds! > 0, result.stdout);
+  });
+
+  await t.step("a revoked key exits 2 and says not to retry", async () => {
+    const revoked = await keys(dir.path, ["revoke", String(id)]);
+    assert.equal(revoked.code, 0, revoked.stderr);
+    const result = await check(env(server.url, key));
+    assert.equal(result.code, 2, result.stdout + result.stderr);
+    assert.match(
+      firstLine(result),
+      /^CONNECTION CRITICAL - key refused \(HTTP 401\): it is revoked or invalid \| rtt=/,
+    );
+    assert.match(result.stdout, /do not retry in a loop/);
+  });
+
+  await t.step(
+    "a key the server never issued exits 2 the same way",
+    async () => {
+      const result = await check(env(server.url, STRANGER_KEY));
+      assert.equal(result.code, 2, result.stdout);
+      assert.match(firstLine(result), /key refused \(HTTP 401\)/);
+    },
+  );
+
+  await t.step("a wrong path prefix exits 2 with a 404", async () => {
+    const result = await check(env(`${server.url}/prefix`, STRANGER_KEY));
+    assert.equal(result.code, 2, result.stdout);
+    assert.match(
+      firstLine(result),
+      /no connection route at this address \(HTTP 404 not_found\)/,
+    );
+  });
+});
+
+Deno.test("check exits 2 when nothing listens", async () => {
+  const result = await check(
+    env(`http://127.0.0.1:${closedPort()}`, STRANGER_KEY),
+  );
+  assert.equal(result.code, 2, result.stdout + result.stderr);
+  assert.match(
+    firstLine(result),
+    /^CONNECTION CRITICAL - connection refused by 127\.0\.0\.1:\d+$/,
+  );
+  assert.match(result.stdout, /^reachable: +no, /m);
+});
+
+Deno.test("check exits 2 on a TLS failure", async () => {
+  // https:// to a server that speaks plain HTTP fails in the TLS handshake.
+  await using server = fakeServer(() => statusAt(new Date().toISOString()));
+  const result = await check(
+    env(server.url.replace("http:", "https:"), STRANGER_KEY),
+  );
+  assert.equal(result.code, 2, result.stdout + result.stderr);
+  assert.match(
+    firstLine(result),
+    /^CONNECTION CRITICAL - TLS failure with 127\.0\.0\.1:\d+: /,
+  );
+});
+
+Deno.test("check exits 2 when the server stays silent past the timeout", async () => {
+  const { promise: released, resolve: release } = Promise.withResolvers<void>();
+  await using server = fakeServer(async () => {
+    await released;
+    return new Response(null, { status: 204 });
+  });
+  try {
+    const started = Date.now();
+    const result = await check(
+      env(server.url, STRANGER_KEY, { [CHECK_ENV.timeout]: "0.3" }),
+    );
+    assert.equal(result.code, 2, result.stdout + result.stderr);
+    assert.match(
+      firstLine(result),
+      /^CONNECTION CRITICAL - no answer from 127\.0\.0\.1:\d+ within 0\.3 s$/,
+    );
+    assert.ok(Date.now() - started < 5_000);
+  } finally {
+    release();
+  }
+});
+
+Deno.test("check warns with exit 1 when the clocks are an hour apart, either way", async () => {
+  for (const shift of [3_600_000, -3_600_000]) {
+    await using server = fakeServer(() =>
+      statusAt(new Date(Date.now() + shift).toISOString())
+    );
+    const result = await check(env(server.url, STRANGER_KEY));
+    assert.equal(result.code, 1, result.stdout + result.stderr);
+    const match = firstLine(result).match(
+      /^CONNECTION WARNING - clock offset ([+-]\d+\.\d{3}) s exceeds 30 s, key 7 \(fake@example\.com\), /,
+    );
+    assert.ok(match, result.stdout);
+    // Only the request's own latency separates the two clocks here.
+    assert.ok(Math.abs(Number(match[1]) - shift / 1000) < 1, match[1]);
+    assert.match(result.stdout, /synchronise this machine's clock/);
+    // The key went in the header, and only there.
+    assert.equal(server.requests.length, 1);
+    const request = server.requests[0];
+    assert.equal(request.headers.get("x-api-key"), STRANGER_KEY);
+    assert.equal(request.url.pathname, ROUTE);
+    assert.equal(request.url.search, "");
+  }
+});
+
+Deno.test("CHECK_MAX_OFFSET_SECONDS moves the warning threshold", async () => {
+  await using server = fakeServer(() =>
+    statusAt(new Date(Date.now() + 120_000).toISOString())
+  );
+  const relaxed = await check(
+    env(server.url, STRANGER_KEY, { [CHECK_ENV.maxOffset]: "300" }),
+  );
+  assert.equal(relaxed.code, 0, relaxed.stdout);
+  assert.match(firstLine(relaxed), /offset=120\.\d+s;-300:300 /);
+  const strict = await check(
+    env(server.url, STRANGER_KEY, { [CHECK_ENV.maxOffset]: "60" }),
+  );
+  assert.equal(strict.code, 1, strict.stdout);
+});
+
+Deno.test("check exits 2 on 429 and 503, with Retry-After and what to do", async () => {
+  const cases = [
+    {
+      status: 429,
+      error: "locked_out",
+      text:
+        /^CONNECTION CRITICAL - rate limited \(HTTP 429 locked_out\), retry after 42 s/,
+    },
+    {
+      status: 503,
+      error: "unavailable",
+      text:
+        /^CONNECTION CRITICAL - service unavailable \(HTTP 503 unavailable\), retry after 42 s/,
+    },
+  ];
+  for (const { status, error, text } of cases) {
+    await using server = fakeServer(() =>
+      Response.json({ error, message: "wait" }, {
+        status,
+        headers: { "retry-after": "42" },
+      })
+    );
+    const result = await check(env(server.url, STRANGER_KEY));
+    assert.equal(result.code, 2, result.stdout);
+    assert.match(firstLine(result), text);
+    assert.match(result.stdout, /^retry after: +42 s$/m);
+  }
+  await using outage = fakeServer(() =>
+    Response.json({ error: "unavailable", message: "x" }, { status: 503 })
+  );
+  const result = await check(env(outage.url, STRANGER_KEY));
+  assert.match(result.stdout, /your key is not in question/);
+});
+
+Deno.test("check does not follow a redirect, so the key stays with the configured host", async () => {
+  await using elsewhere = fakeServer(() => statusAt(new Date().toISOString()));
+  await using server = fakeServer(() =>
+    Response.redirect(`${elsewhere.url}${ROUTE}?from=check`, 307)
+  );
+  const result = await check(env(server.url, STRANGER_KEY));
+  assert.equal(result.code, 2, result.stdout);
+  assert.match(
+    firstLine(result),
+    new RegExp(
+      `^CONNECTION CRITICAL - redirected \\(HTTP 307\\) to ${elsewhere.url}${ROUTE}; not followed`,
+    ),
+  );
+  assert.equal(elsewhere.requests.length, 0);
+});
+
+Deno.test("check exits 3 when a 200 is not the connection status", async () => {
+  for (
+    const body of [
+      "<html>login</html>",
+      '{"connected":true}',
+      '{"connected":true,"authenticatedByApiKey":true,"apiKeyId":1,"email":"a@example.com","serverUtc":"2026-01-01T00:00:00+01:00"}',
+    ]
+  ) {
+    await using server = fakeServer(() => new Response(body));
+    const result = await check(env(server.url, STRANGER_KEY));
+    assert.equal(result.code, 3, result.stdout);
+    assert.match(
+      firstLine(result),
+      /^CONNECTION UNKNOWN - HTTP 200 with an unexpected body: /,
+    );
+  }
+});
+
+Deno.test("check exits 3 on missing or bad configuration, and never echoes the values", async (t) => {
+  await t.step("nothing set", async () => {
+    const result = await check({});
+    assert.equal(result.code, 3);
+    assert.equal(
+      firstLine(result),
+      `CONNECTION UNKNOWN - ${CHECK_ENV.apiKey} is not set; export it from your secrets store (see --help)`,
+    );
+  });
+
+  await t.step("no base URL", async () => {
+    const result = await check({ [CHECK_ENV.apiKey]: STRANGER_KEY });
+    assert.equal(result.code, 3);
+    assert.match(firstLine(result), /INTEGRATION_BASE_URL is not set/);
+  });
+
+  await t.step("a mangled key", async () => {
+    const mangled = STRANGER_KEY.slice(0, -1) + "X";
+    const result = await check(env("http://127.0.0.1:9", mangled));
+    assert.equal(result.code, 3);
+    assert.match(
+      firstLine(result),
+      /INTEGRATION_API_KEY is not a well-formed key \(40 characters;/,
+    );
+    assert.ok(!result.stdout.includes(mangled.slice(4, 20)));
+  });
+
+  await t.step("a key in the base URL", async () => {
+    const result = await check(
+      env(`https://host.example?api_key=${STRANGER_KEY}`, STRANGER_KEY),
+    );
+    assert.equal(result.code, 3);
+    assert.match(firstLine(result), /INTEGRATION_BASE_URL contains an API key/);
+  });
+
+  await t.step("plain http to another machine", async () => {
+    const result = await check(env("http://192.0.2.10:8000", STRANGER_KEY));
+    assert.equal(result.code, 3);
+    assert.match(firstLine(result), /would send the key unencrypted/);
+  });
+
+  await t.step("a bad threshold", async () => {
+    const result = await check(
+      env("http://127.0.0.1:9", STRANGER_KEY, { [CHECK_ENV.timeout]: "ten" }),
+    );
+    assert.equal(result.code, 3);
+    assert.equal(
+      firstLine(result),
+      "CONNECTION UNKNOWN - CHECK_TIMEOUT_SECONDS must be a number of seconds above 0 and at most 300, such as 10",
+    );
+  });
+
+  await t.step("the key passed as an argument", async () => {
+    const result = await check({}, [STRANGER_KEY]);
+    assert.equal(result.code, 3);
+    assert.match(
+      firstLine(result),
+      /unexpected argument #1; .* environment variables/,
+    );
+    assert.match(result.stdout, /have the key replaced/);
+  });
+});
+
+Deno.test("check never prints the key, even when a server sends it back", async () => {
+  await using server = fakeServer((request) =>
+    Response.json({
+      connected: true,
+      authenticatedByApiKey: true,
+      apiKeyId: 1,
+      email: `${request.headers.get("x-api-key")}@example.com`,
+      serverUtc: new Date().toISOString(),
+    })
+  );
+  // check() itself fails the test if the key shows up anywhere.
+  const human = await check(env(server.url, STRANGER_KEY));
+  assert.equal(human.code, 0, human.stdout);
+  assert.match(human.stdout, /\[redacted\]@example\.com/);
+  const json = await check(env(server.url, STRANGER_KEY), ["--json"]);
+  assert.equal(json.code, 0, json.stdout);
+});
+
+Deno.test("--help explains why the key is read from the environment only", async () => {
+  const result = await check({}, ["--help"]);
+  assert.equal(result.code, 0);
+  assert.match(result.stdout, /^Usage: deno task check \[--json\]/);
+  assert.match(result.stdout, /shell history/);
+  for (const name of Object.values(CHECK_ENV)) {
+    assert.ok(result.stdout.includes(name), name);
+  }
+});
+
+Deno.test("the check task is granted only the network and its own variables", () => {
+  const args = taskArgs("check");
+  const granted = args.filter((arg) => arg.startsWith("--allow"));
+  assert.deepEqual(granted, [
+    "--allow-net",
+    `--allow-env=${Object.values(CHECK_ENV).join(",")}`,
+  ]);
+});
+
+Deno.test("readCheckConfig builds the route URL under any path prefix", () => {
+  const config = readCheckConfig((name) =>
+    ({
+      [CHECK_ENV.baseUrl]: "https://gw.example.net/integration/",
+      [CHECK_ENV.apiKey]: ` ${STRANGER_KEY}\n`,
+    })[name]
+  );
+  assert.equal(config.url.href, `https://gw.example.net/integration${ROUTE}`);
+  assert.equal(config.apiKey, STRANGER_KEY);
+  assert.equal(config.maxOffsetSeconds, 30);
+  assert.equal(config.timeoutSeconds, 10);
+});
+
+Deno.test("parseConnectionStatus ignores fields added later and refuses a time without Z", () => {
+  const base = {
+    connected: true,
+    authenticatedByApiKey: true,
+    apiKeyId: 4,
+    email: "a@example.com",
+    serverUtc: "2026-01-01T00:00:00.000Z",
+  };
+  assert.deepEqual(
+    parseConnectionStatus(JSON.stringify({ ...base, region: "eu" })),
+    { apiKeyId: 4, email: "a@example.com", serverUtc: base.serverUtc },
+  );
+  assert.equal(
+    parseConnectionStatus(
+      JSON.stringify({ ...base, serverUtc: "2026-01-01T00:00:00.000" }),
+    ),
+    "serverUtc is not an ISO 8601 UTC time ending in Z",
+  );
+});
+
+Deno.test("formatFirstLine writes a signed offset range into the performance data", () => {
+  const line = formatFirstLine({
+    state: "OK",
+    exitCode: 0,
+    summary: "key 3 (ops@example.com), clock offset -0.012 s, round trip 4 ms",
+    reachable: true,
+    url: null,
+    httpStatus: 200,
+    apiKeyId: 3,
+    email: "ops@example.com",
+    serverUtc: null,
+    clockOffsetSeconds: -0.012,
+    roundTripSeconds: 0.004,
+    maxOffsetSeconds: 30,
+    retryAfterSeconds: null,
+    advice: null,
+  });
+  assert.equal(
+    line,
+    "CONNECTION OK - key 3 (ops@example.com), clock offset -0.012 s, round trip 4 ms | offset=-0.012000s;-30:30 rtt=0.004000s;;;0",
+  );
+});
