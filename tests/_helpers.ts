@@ -107,7 +107,10 @@ export async function startServer(
   cwd: string,
   env: Record<string, string> = {},
   task = "start",
+  options: { keepOutput?: boolean } = {},
 ): Promise<ServerProcess> {
+  // A benchmark drains millions of log lines: keep only what finds the port.
+  const keep = options.keepOutput ?? true;
   const child = new Deno.Command(Deno.execPath(), {
     args: taskArgs(task),
     cwd,
@@ -117,14 +120,14 @@ export async function startServer(
     stderr: "piped",
   }).spawn();
   let text = "";
+  let port = 0;
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-      text += chunk;
+      if (keep || port === 0) text += chunk;
     }
   };
   const done = Promise.all([collect(child.stdout), collect(child.stderr)]);
   const deadline = Date.now() + 15_000;
-  let port = 0;
   while (port === 0) {
     const match = text.match(
       /"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/,

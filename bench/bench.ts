@@ -1,0 +1,326 @@
+/**
+ * The benchmark: `deno task bench`.
+ *
+ * In one run, with wrk (Debian's package) as the load generator, it measures
+ * (a) a bare `Deno.serve` returning the same JSON, and the connection check
+ * with (b) a valid key, (c) a malformed key, (d) a well-formed unknown key,
+ * (e) a revoked key: each at 1, 32 and 128 connections, with 1, 10 000 and
+ * 100 000 keys in the store. Each row is compared with (a) at the same
+ * connections in the same store block, so the ratios hold on any machine.
+ *
+ * The server is the real one, started from the `start` task: request log
+ * on (drained through a pipe, as a log collector would), lock-out on with a
+ * threshold out of reach, so rows (c) to (e) measure refusals, not 429s.
+ *
+ * Environment: BENCH_SECONDS (5 per row), BENCH_SIZES ("1,10000,100000"),
+ * BENCH_CONNECTIONS ("1,32,128"), BENCH_OUTPUT (bench/results.md).
+ *
+ * @module
+ */
+
+import { generateApiKey } from "../lib/api_key.ts";
+import { openStore } from "../lib/store.ts";
+import type { ExportItem, KeyRecord } from "../lib/store.ts";
+import { startServer, tempDir } from "../tests/_helpers.ts";
+import { rssBytes } from "./soak.ts";
+
+const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
+const SIZES = (Deno.env.get("BENCH_SIZES") ?? "1,10000,100000").split(",").map(
+  Number,
+);
+const CONNECTIONS = (Deno.env.get("BENCH_CONNECTIONS") ?? "1,32,128").split(",")
+  .map(Number);
+const OUTPUT = Deno.env.get("BENCH_OUTPUT") ??
+  new URL("./results.md", import.meta.url).pathname;
+const ROUTE = "/api/v1/integration/connection";
+
+interface Row {
+  keys: number;
+  scenario: string;
+  connections: number;
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: string;
+}
+
+/** Runs wrk and reads requests/s and the p50 and p99 latency (ms) off its report. */
+async function wrk(
+  url: string,
+  connections: number,
+  key?: string,
+): Promise<Omit<Row, "keys" | "scenario" | "connections">> {
+  const args = ["-t1", `-c${connections}`, `-d${SECONDS}s`, "--latency", url];
+  if (key !== undefined) args.unshift("-H", `X-API-Key: ${key}`);
+  const out = await new Deno.Command("wrk", {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  if (out.code !== 0) {
+    throw new Error(`wrk failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  const ms = (label: string) => {
+    const m = text.match(new RegExp(`\\s${label}\\s+([\\d.]+)(us|ms|s)`));
+    if (!m) return NaN;
+    return Number(m[1]) * (m[2] === "us" ? 0.001 : m[2] === "s" ? 1000 : 1);
+  };
+  return {
+    rps: Number(text.match(/Requests\/sec:\s+([\d.]+)/)?.[1] ?? 0),
+    p50: ms("50%"),
+    p99: ms("99%"),
+    errors: text.match(/Socket errors: (.*)/)?.[1] ?? "",
+  };
+}
+
+/** A store of `size` keys built with the store's own bulk import; returns the keys the rows use. */
+async function prepare(
+  dir: string,
+  size: number,
+): Promise<{ valid: string; revoked: string }> {
+  const valid = generateApiKey();
+  const revoked = generateApiKey();
+  const at = new Date().toISOString();
+  const record = (
+    id: number,
+    key: ReturnType<typeof generateApiKey>,
+    status: "valid" | "revoked",
+  ): KeyRecord => ({
+    id,
+    name: `site-${id}`,
+    email: `ops${id}@example.com`,
+    status,
+    hash: key.hash,
+    hint: key.hint,
+    createdAt: at,
+    revokedAt: status === "revoked" ? at : null,
+    revokedReason: status === "revoked" ? "benchmark" : null,
+    exposedAt: null,
+    exposedFrom: null,
+    lastUsedAt: null,
+  });
+  async function* items(): AsyncIterable<ExportItem> {
+    yield { type: "key", record: record(1, valid, "valid") };
+    if (size > 1) yield { type: "key", record: record(2, revoked, "revoked") };
+    for (let id = 3; id <= size; id++) {
+      yield { type: "key", record: record(id, generateApiKey(), "valid") };
+      if (id % 20_000 === 0) console.error(`  … ${id} keys`);
+    }
+  }
+  const store = await openStore({ kind: "kv", path: `${dir}/data/keys.db` });
+  try {
+    await store.importAll(items(), { actor: "bench" });
+    if (size === 1) {
+      // One key in the store: the revoked row uses a key that was valid once.
+      const r = await store.create({
+        name: "revoked",
+        email: "r@example.com",
+        ...revoked,
+      }, { actor: "bench" });
+      await store.revoke(r.id, { actor: "bench" });
+    }
+  } finally {
+    await store.close();
+  }
+  return { valid: valid.key, revoked: revoked.key };
+}
+
+async function machine(): Promise<string> {
+  const run = async (cmd: string, args: string[]) =>
+    new TextDecoder().decode(
+      (await new Deno.Command(cmd, { args, stdout: "piped" }).output()).stdout,
+    ).trim();
+  const cpu = (await run("sh", [
+    "-c",
+    "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2",
+  ])) || "unknown CPU";
+  const wrkVersion = (await run("sh", ["-c", "wrk -v 2>&1 | head -n1"])).split(
+    " ",
+  ).slice(0, 2).join(" ");
+  return `${cpu.trim()}, ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}, ${wrkVersion}`;
+}
+
+const fmt = (n: number, digits = 2) =>
+  Number.isFinite(n) ? n.toFixed(digits) : "–";
+
+async function main(): Promise<number> {
+  const rows: Row[] = [];
+  const peaks = new Map<number, number>();
+  const bare = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-net=127.0.0.1",
+      "--allow-env=PORT",
+      new URL("./bare_server.ts", import.meta.url).pathname,
+    ],
+    env: { PORT: "18901" },
+    stdout: "null",
+    stderr: "inherit",
+  }).spawn();
+  try {
+    await new Promise((r) => setTimeout(r, 1000));
+    for (const size of SIZES) {
+      using dir = tempDir();
+      console.error(`Preparing a store of ${size} keys …`);
+      const { valid, revoked } = await prepare(dir.path, size);
+      await using server = await startServer(
+        dir.path,
+        { LOCKOUT_MAX_FAILURES: "1000000000" },
+        "start",
+        { keepOutput: false },
+      );
+      let peak = await rssBytes(server.process.pid);
+      const sampler = setInterval(async () => {
+        peak = Math.max(peak, await rssBytes(server.process.pid));
+      }, 250);
+      const scenarios: [string, string | undefined, string][] = [
+        ["(a) bare Deno.serve", undefined, "http://127.0.0.1:18901/"],
+        ["(b) valid key", valid, server.url + ROUTE],
+        ["(c) malformed key", "not-a-key", server.url + ROUTE],
+        ["(d) unknown key", generateApiKey().key, server.url + ROUTE],
+        ["(e) revoked key", revoked, server.url + ROUTE],
+      ];
+      for (const connections of CONNECTIONS) {
+        for (const [scenario, key, url] of scenarios) {
+          await wrk(url, connections, key); // warm-up, discarded
+          const result = await wrk(url, connections, key);
+          rows.push({ keys: size, scenario, connections, ...result });
+          console.error(
+            `  ${size} keys, ${scenario}, ${connections} conn: ${
+              Math.round(result.rps)
+            }/s, p99 ${fmt(result.p99)} ms`,
+          );
+        }
+      }
+      clearInterval(sampler);
+      peaks.set(size, peak);
+    }
+  } finally {
+    bare.kill();
+    await bare.status;
+  }
+
+  const bareOf = (row: Row) =>
+    rows.find((r) =>
+      r.keys === row.keys && r.connections === row.connections &&
+      r.scenario.startsWith("(a)")
+    )!.rps;
+  const lines = [
+    `# Benchmark results`,
+    "",
+    `${
+      new Date().toISOString().slice(0, 10)
+    }, ${await machine()}; wrk -t1, ${SECONDS} s per row after a warm-up run; server from the start task with the request log on and lock-out on.`,
+    "",
+    "| keys in store | scenario | connections | requests/s | vs bare | p50 ms | p99 ms | socket errors |",
+    "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ...rows.map((r) =>
+      `| ${r.keys} | ${r.scenario} | ${r.connections} | ${
+        Math.round(r.rps)
+      } | ${fmt((r.rps / bareOf(r)) * 100, 0)}% | ${fmt(r.p50)} | ${
+        fmt(r.p99)
+      } | ${r.errors} |`
+    ),
+    "",
+    `Server peak RSS: ${
+      [...peaks].map(([k, v]) =>
+        `${(v / 1024 / 1024).toFixed(0)} MB with ${k} keys`
+      ).join(", ")
+    }.`,
+    "",
+    ...targets(rows, bareOf, peaks),
+  ];
+  const report = lines.join("\n") + "\n";
+  console.log(report);
+  await Deno.writeTextFile(OUTPUT, report);
+  console.error(`Written to ${OUTPUT}`);
+  return 0;
+}
+
+/** The issue's targets, each with the measured value and whether it holds. */
+function targets(
+  rows: Row[],
+  bareOf: (r: Row) => number,
+  peaks: Map<number, number>,
+): string[] {
+  const pick = (
+    scenario: string,
+    connections: number,
+    keys = Math.max(...SIZES),
+  ) =>
+    rows.find((r) =>
+      r.scenario.startsWith(scenario) && r.connections === connections &&
+      r.keys === keys
+    );
+  const out = [
+    "## Targets",
+    "",
+    "| target | measured | holds |",
+    "| --- | --- | --- |",
+  ];
+  const check = (label: string, value: string, ok: boolean) =>
+    out.push(`| ${label} | ${value} | ${ok ? "yes" : "**no**"} |`);
+  for (const c of [32, 128]) {
+    const row = pick("(b)", c);
+    if (row) {
+      check(
+        `valid key ≥ 50% of bare at ${c} connections`,
+        `${fmt((row.rps / bareOf(row)) * 100, 0)}%`,
+        row.rps / bareOf(row) >= 0.5,
+      );
+    }
+  }
+  const p99 = pick("(b)", 32);
+  if (p99) {
+    check(
+      "valid key p99 ≤ 2 ms at 32 connections",
+      `${fmt(p99.p99)} ms`,
+      p99.p99 <= 2,
+    );
+  }
+  for (const c of [32, 128]) {
+    const row = pick("(c)", c);
+    if (row) {
+      check(
+        `malformed key ≥ 80% of bare at ${c} connections`,
+        `${fmt((row.rps / bareOf(row)) * 100, 0)}%`,
+        row.rps / bareOf(row) >= 0.8,
+      );
+    }
+  }
+  const small = pick("(b)", 32, Math.min(...SIZES));
+  const large = pick("(b)", 32);
+  if (small && large && small !== large) {
+    const change = (large.rps / bareOf(large)) / (small.rps / bareOf(small)) -
+      1;
+    check(
+      `${Math.max(...SIZES)} keys within 10% of ${
+        Math.min(...SIZES)
+      } key (valid, 32 conn, as ratio to bare)`,
+      `${fmt(change * 100, 1)}%`,
+      Math.abs(change) <= 0.1,
+    );
+  }
+  const peak = Math.max(...peaks.values());
+  check(
+    "server RSS under load ≤ 100 MB",
+    `${(peak / 1024 / 1024).toFixed(0)} MB`,
+    peak <= 100 * 1024 * 1024,
+  );
+  return out;
+}
+
+if (import.meta.main) {
+  const probe = await new Deno.Command("sh", {
+    args: ["-c", "command -v wrk"],
+    stdout: "null",
+  }).output();
+  if (probe.code !== 0) {
+    console.error(
+      "wrk is not installed; install it with: apt-get update && apt-get install -y wrk",
+    );
+    Deno.exit(1);
+  }
+  Deno.exit(await main());
+}
