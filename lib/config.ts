@@ -43,8 +43,21 @@ export type EnvReader = (name: string) => string | undefined;
 /** The default location of the embedded store, relative to the working directory. */
 export const DEFAULT_KV_PATH = "./data/keys.db";
 
-/** The store location alone, for the admin console, which does not listen. */
+/**
+ * The store location alone, for the admin console, which does not listen:
+ * PostgreSQL when `DATABASE_URL` is set, else Deno KV at `DENO_KV_PATH`.
+ */
 export function readStoreLocation(env: EnvReader): StoreLocation {
+  const url = nonEmpty(env, "DATABASE_URL");
+  if (url !== undefined) {
+    if (nonEmpty(env, "DENO_KV_PATH") !== undefined) {
+      // Either alone is clear; both would leave keys where nobody looks.
+      throw new ConfigError(
+        "DATABASE_URL and DENO_KV_PATH are both set; unset one, as the keys live in one store",
+      );
+    }
+    return { kind: "postgres", url: postgresUrl(url) };
+  }
   const path = nonEmpty(env, "DENO_KV_PATH") ?? DEFAULT_KV_PATH;
   if (!isKvPath(path)) {
     throw new ConfigError(
@@ -154,6 +167,29 @@ function hostname(env: EnvReader, name: string, fallback: string): string {
     );
   }
   return raw.replace(/^\[(.*)\]$/, "$1");
+}
+
+const SSL_MODES = ["disable", "allow", "prefer", "require", "verify-full"];
+
+/** Checks a PostgreSQL URL; the message never repeats it, as it may hold a password. */
+function postgresUrl(raw: string): string {
+  const fail = (problem: string): never => {
+    throw new ConfigError(
+      `DATABASE_URL must be a URL such as postgres://USER:PASSWORD@HOST:5432/DATABASE, but ${problem}`,
+    );
+  };
+  if (!URL.canParse(raw)) fail("the value is not a URL");
+  const url = new URL(raw);
+  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
+    fail(`its scheme is ${url.protocol} instead of postgres: or postgresql:`);
+  }
+  if (url.hostname === "") fail("it names no host");
+  if (url.username === "") fail("it names no user");
+  const sslmode = url.searchParams.get("sslmode");
+  if (sslmode !== null && !SSL_MODES.includes(sslmode)) {
+    fail(`its sslmode is not one of ${SSL_MODES.join(", ")}`);
+  }
+  return raw;
 }
 
 function isKvPath(path: string): boolean {

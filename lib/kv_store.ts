@@ -31,8 +31,10 @@ import {
   type KeyStore,
   nameKey,
   type NewKeyInput,
+  newRecord,
   normalizeEmail,
   normalizeName,
+  revokedRecord,
   type RevokeOptions,
   type RevokeResult,
   type RotateResult,
@@ -148,7 +150,7 @@ export class KvKeyStore implements KeyStore {
       if (current.value.status === "revoked") {
         return { op: null, result: { record: current.value, changed: false } };
       }
-      const record = revoked(current.value, at, options.reason);
+      const record = revokedRecord(current.value, at, options.reason);
       const op = this.#kv.atomic().check(current);
       putRecord(op, record);
       op.delete(keyByName(record.name));
@@ -188,7 +190,7 @@ export class KvKeyStore implements KeyStore {
         name: current.value.name,
         email: current.value.email,
       }, at);
-      const old = revoked(
+      const old = revokedRecord(
         current.value,
         at,
         `rotated: replaced by key ${created.id}`,
@@ -453,32 +455,6 @@ function backoff(tries: number): Promise<void> {
 
 function nextId(counter: Deno.KvEntryMaybe<Deno.KvU64>): number {
   return Number((counter.value?.value ?? 0n) + 1n);
-}
-
-function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
-  return {
-    id,
-    name: input.name,
-    email: input.email,
-    status: "valid",
-    hash: input.hash,
-    hint: input.hint,
-    createdAt: at.toISOString(),
-    revokedAt: null,
-    revokedReason: null,
-    exposedAt: null,
-    exposedFrom: null,
-    lastUsedAt: null,
-  };
-}
-
-function revoked(record: KeyRecord, at: Date, reason?: string): KeyRecord {
-  return {
-    ...record,
-    status: "revoked",
-    revokedAt: at.toISOString(),
-    revokedReason: reason ?? null,
-  };
 }
 
 function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {

@@ -223,6 +223,38 @@ export function normalizeEmail(email: string): string {
   return tidy;
 }
 
+/** A new valid record: the one shape every store creates. */
+export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
+  return {
+    id,
+    name: input.name,
+    email: input.email,
+    status: "valid",
+    hash: input.hash,
+    hint: input.hint,
+    createdAt: at.toISOString(),
+    revokedAt: null,
+    revokedReason: null,
+    exposedAt: null,
+    exposedFrom: null,
+    lastUsedAt: null,
+  };
+}
+
+/** The record as revoked now: the one way every store revokes. */
+export function revokedRecord(
+  record: KeyRecord,
+  at: Date,
+  reason?: string,
+): KeyRecord {
+  return {
+    ...record,
+    status: "revoked",
+    revokedAt: at.toISOString(),
+    revokedReason: reason ?? null,
+  };
+}
+
 /** The record without its hash, as the console shows it. */
 export function publicRecord(record: KeyRecord): Omit<KeyRecord, "hash"> {
   const { hash: _hash, ...rest } = record;
@@ -235,5 +267,13 @@ export async function openStore(location: StoreLocation): Promise<KeyStore> {
     const { openKvStore } = await import("./kv_store.ts");
     return await openKvStore(location.path);
   }
-  throw new StoreInputError(`Store kind ${location.kind} is not supported`);
+  if (location.kind === "postgres") {
+    // Loaded only here, so that the KV path never loads the driver.
+    const { openPostgresStore } = await import("./postgres_store.ts");
+    return await openPostgresStore(location.url);
+  }
+  const unknown: never = location;
+  throw new StoreInputError(
+    `Store kind ${(unknown as { kind: string }).kind} is not supported`,
+  );
 }

@@ -1,0 +1,86 @@
+/**
+ * Test helpers for the PostgreSQL store: a fresh database per test on the
+ * server named by `TEST_DATABASE_URL`, and tests that show as ignored when
+ * it is unset, so that a developer without PostgreSQL still gets a green run.
+ */
+
+import postgres from "postgres";
+
+/** The server the tests create their databases on; unset means skip them. */
+export const TEST_DATABASE_URL: string | undefined =
+  Deno.env.get("TEST_DATABASE_URL") || undefined;
+
+/** True when the PostgreSQL tests must be registered as ignored. */
+export const NO_DATABASE: boolean = TEST_DATABASE_URL === undefined;
+
+/** A database of its own for one test, dropped when the `await using` scope ends. */
+export interface TestDatabase extends AsyncDisposable {
+  /** Its URL, on the same server and with the same user as `TEST_DATABASE_URL`. */
+  url: string;
+  /** Runs one statement on it as the test user, outside any store. */
+  query(text: string): Promise<Record<string, unknown>[]>;
+}
+
+/** Creates an empty database on the test server. */
+export async function freshDatabase(): Promise<TestDatabase> {
+  const base = new URL(required());
+  const name = `keys_test_${crypto.randomUUID().replaceAll("-", "")}`;
+  await onServer((sql) => sql.unsafe(`CREATE DATABASE ${name}`));
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  return {
+    url: url.href,
+    async query(text) {
+      const sql = postgres(url.href, { max: 1, onnotice: () => {} });
+      try {
+        return [...await sql.unsafe(text)];
+      } finally {
+        await sql.end();
+      }
+    },
+    async [Symbol.asyncDispose]() {
+      // FORCE: a test that failed half-way may have left a connection open.
+      await onServer((sql) =>
+        sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      );
+    },
+  };
+}
+
+async function onServer(
+  work: (sql: postgres.Sql) => Promise<unknown>,
+): Promise<void> {
+  const sql = postgres(required(), { max: 1, onnotice: () => {} });
+  try {
+    await work(sql);
+  } finally {
+    await sql.end();
+  }
+}
+
+function required(): string {
+  if (TEST_DATABASE_URL === undefined) {
+    throw new Error(
+      "TEST_DATABASE_URL is not set; start PostgreSQL with scripts/postgres_test_server.sh and set it to the URL printed",
+    );
+  }
+  return TEST_DATABASE_URL;
+}
+
+/**
+ * Runs `register` with `Deno.test` registering every test as ignored when
+ * there is no test database, so that shared suites written with plain
+ * `Deno.test(name, fn)` show up by name as ignored.
+ */
+export function registerWithDatabase(register: () => void): void {
+  if (!NO_DATABASE) return register();
+  const test = Deno.test;
+  const ignored = (name: string, fn: () => Promise<void>) =>
+    test({ name, fn, ignore: true });
+  Object.assign(Deno, { test: ignored });
+  try {
+    register();
+  } finally {
+    Object.assign(Deno, { test });
+  }
+}

@@ -1,0 +1,195 @@
+/**
+ * The service on PostgreSQL as its users run it: server instances and the
+ * console as separate processes from the deno.json tasks, sharing one
+ * database, and a database that goes away and comes back under them.
+ */
+
+import assert from "node:assert/strict";
+import {
+  check,
+  createKey,
+  keys,
+  runTask,
+  startServer,
+  tempDir,
+} from "./_helpers.ts";
+import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
+
+const SCRIPT = new URL("../scripts/postgres_test_server.sh", import.meta.url)
+  .pathname;
+
+Deno.test({
+  name:
+    "a key revoked by the console is refused by the very next request on every instance sharing the database",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using database = await freshDatabase();
+    const env = { DATABASE_URL: database.url };
+    // Started together, so that they also race to create the schema.
+    const servers = await Promise.all(
+      [1, 2, 3].map(() => startServer(dir.path, env)),
+    );
+    try {
+      const first = await createKey(dir.path, "berlin-erp", undefined, env);
+      const second = await createKey(dir.path, "hamburg-erp", undefined, env);
+      for (const server of servers) {
+        const ok = await check(server.url, first.key);
+        assert.equal(ok.status, 200, server.output());
+        assert.equal(JSON.parse(ok.body).apiKeyId, first.id);
+      }
+
+      const revoke = await keys(dir.path, [
+        "revoke",
+        String(first.id),
+        "--reason",
+        "laptop stolen",
+      ], env);
+      assert.equal(revoke.code, 0, revoke.stderr);
+      for (const server of servers) {
+        assert.equal((await check(server.url, first.key)).status, 401);
+        const still = await check(server.url, second.key);
+        assert.equal(still.status, 200);
+        assert.equal(JSON.parse(still.body).apiKeyId, second.id);
+      }
+
+      const audit = await keys(dir.path, ["audit", "--json"], env);
+      assert.equal(audit.code, 0, audit.stderr);
+      assert.deepEqual(
+        JSON.parse(audit.stdout).map((e: { action: string }) => e.action),
+        ["create", "create", "revoke"],
+      );
+      // The store and every process keep hashes only.
+      for (const server of servers) {
+        assert.ok(!server.output().includes(first.key));
+      }
+    } finally {
+      await Promise.all(servers.map((server) => server.stop()));
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "keys created by console processes on several machines at once get distinct ids from the shared database",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using database = await freshDatabase();
+    const env = { DATABASE_URL: database.url };
+    const made = await Promise.all(
+      Array.from(
+        { length: 8 },
+        (_, i) => createKey(dir.path, `site-${i}`, undefined, env),
+      ),
+    );
+    assert.deepEqual(
+      made.map((k) => k.id).sort((a, b) => a - b),
+      [1, 2, 3, 4, 5, 6, 7, 8],
+    );
+  },
+});
+
+Deno.test({
+  name:
+    "while the database is down requests get 503 with Retry-After quickly, never 401, and 200 again once it is back, without restarting the service",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    // The script runs PostgreSQL as the postgres user, who must reach its folder.
+    await Deno.chmod(dir.path, 0o755);
+    const pgDir = `${dir.path}/pg`;
+    const port = freePort();
+    const url = await postgresScript(["start", pgDir, String(port)]);
+    try {
+      const env = { DATABASE_URL: url };
+      await using server = await startServer(dir.path, env);
+      const { key } = await createKey(dir.path, "outage", undefined, env);
+      assert.equal((await check(server.url, key)).status, 200);
+
+      await postgresScript(["stop", pgDir]);
+      for (let i = 0; i < 5; i++) {
+        const started = performance.now();
+        const down = await check(server.url, key);
+        const elapsed = performance.now() - started;
+        assert.equal(down.status, 503, down.body);
+        assert.ok(down.headers.get("retry-after"), "Retry-After on 503");
+        assert.ok(elapsed < 5000, `503 took ${Math.round(elapsed)} ms`);
+      }
+
+      await postgresScript(["start", pgDir, String(port)]);
+      const deadline = Date.now() + 15_000;
+      let status = 0;
+      while (status !== 200) {
+        status = (await check(server.url, key)).status;
+        assert.notEqual(
+          status,
+          401,
+          "an outage must never look like a bad key",
+        );
+        if (status !== 200) {
+          assert.ok(Date.now() < deadline, `still ${status} after 15 s`);
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+      }
+    } finally {
+      await postgresScript(["stop", pgDir]);
+    }
+  },
+});
+
+Deno.test("a bad DATABASE_URL stops the start with one line naming the variable, never repeating the password", async () => {
+  using dir = tempDir();
+  for (
+    const [url, problem] of [
+      ["mysql://app:s3cret-pw@db.example/keys", /scheme is mysql:/],
+      ["postgres://db.example:5432/keys", /names no user/],
+      ["postgres://app:s3cret-pw@db.example/keys?sslmode=bogus", /sslmode/],
+      ["not a url s3cret-pw", /not a URL/],
+    ] as const
+  ) {
+    const result = await runTask("start", {
+      cwd: dir.path,
+      env: { DATABASE_URL: url, PORT: "0" },
+    });
+    assert.equal(result.code, 1);
+    const line = result.stderr.trim();
+    assert.match(line, /^DATABASE_URL must be a URL such as postgres:\/\//);
+    assert.match(line, problem);
+    assert.ok(!line.includes("\n") && !line.includes("s3cret-pw"), line);
+  }
+});
+
+Deno.test("the console facing a database that is not running fails at once with one line, exit code 1", async () => {
+  using dir = tempDir();
+  const started = performance.now();
+  const result = await keys(dir.path, ["list"], {
+    DATABASE_URL: `postgres://app@127.0.0.1:${freePort()}/keys`,
+  });
+  assert.equal(result.code, 1);
+  assert.match(
+    result.stderr.trim(),
+    /^The command failed: The key store cannot be opened: .*check that PostgreSQL is running and that DATABASE_URL points at it, then try again$/,
+  );
+  assert.ok(performance.now() - started < 10_000);
+});
+
+/** Runs the test-server script; returns what it printed (the URL on start). */
+async function postgresScript(args: string[]): Promise<string> {
+  const out = await new Deno.Command("bash", {
+    args: [SCRIPT, ...args],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  assert.equal(out.code, 0, decoder.decode(out.stderr));
+  return decoder.decode(out.stdout).trim();
+}
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = listener.addr.port;
+  listener.close();
+  return port;
+}
