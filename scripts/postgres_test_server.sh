@@ -24,6 +24,9 @@ die() {
   exit 1
 }
 
+# runuser lives in sbin, which a CI job's PATH may leave out.
+PATH=$PATH:/usr/sbin:/sbin
+
 # PostgreSQL refuses to run as root: as root, run its tools as the postgres
 # user, who must then own DIR.
 as_owner() {
