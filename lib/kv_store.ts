@@ -25,6 +25,7 @@ import {
   type AuditEntry,
   type ChangeOptions,
   type ExportItem,
+  exportItems,
   type ExposeOptions,
   keyNotFound,
   type KeyRecord,
@@ -284,11 +285,8 @@ export class KvKeyStore implements KeyStore {
     if (size > 0) await op.commit();
   }
 
-  async *exportAll(): AsyncIterable<ExportItem> {
-    for await (const record of this.list({ includeRevoked: true })) {
-      yield { type: "key", record };
-    }
-    for await (const entry of this.audit()) yield { type: "audit", entry };
+  exportAll(): AsyncIterable<ExportItem> {
+    return exportItems(this);
   }
 
   async importAll(

@@ -27,6 +27,7 @@ import {
   type AuditEntry,
   type ChangeOptions,
   type ExportItem,
+  exportItems,
   type ExposeOptions,
   keyNotFound,
   type KeyRecord,
@@ -492,11 +493,8 @@ export class PostgresKeyStore implements KeyStore {
     }
   }
 
-  async *exportAll(): AsyncIterable<ExportItem> {
-    for await (const record of this.list({ includeRevoked: true })) {
-      yield { type: "key", record };
-    }
-    for await (const entry of this.audit()) yield { type: "audit", entry };
+  exportAll(): AsyncIterable<ExportItem> {
+    return exportItems(this);
   }
 
   async importAll(

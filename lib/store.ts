@@ -255,6 +255,16 @@ export function revokedRecord(
   };
 }
 
+/** Every key record, then every audit line: the backup format of every store. */
+export async function* exportItems(
+  store: Pick<KeyStore, "list" | "audit">,
+): AsyncIterable<ExportItem> {
+  for await (const record of store.list({ includeRevoked: true })) {
+    yield { type: "key", record };
+  }
+  for await (const entry of store.audit()) yield { type: "audit", entry };
+}
+
 /** The record without its hash, as the console shows it. */
 export function publicRecord(record: KeyRecord): Omit<KeyRecord, "hash"> {
   const { hash: _hash, ...rest } = record;
