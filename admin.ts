@@ -3,8 +3,13 @@
  * {@linkcode KeyStore} the server reads.
  *
  * Exit codes: 0 done, 1 the command failed (unknown key, name taken, store
- * unavailable), 2 the command line was wrong. With `--json`, stdout carries
- * exactly one JSON value; every message goes to stderr.
+ * unavailable, a confirmation answered no), 2 the command line was wrong.
+ * With `--json`, stdout carries exactly one JSON value; every message goes to
+ * stderr.
+ *
+ * At a terminal, `revoke` and `rotate` ask before they change anything, and
+ * listings are coloured and fitted to the terminal's width; from a script
+ * (stdin or stdout not a terminal) they neither ask nor colour.
  *
  * @module
  */
@@ -23,10 +28,21 @@ import {
   publicRecord,
   StoreInputError,
 } from "./lib/store.ts";
-import { type Column, headingLine, rowLine } from "./lib/_table.ts";
+import { type Column, fitColumns, headingLine, rowLine } from "./lib/_table.ts";
+import { BackupError, counted, exportTo, importFrom } from "./lib/backup.ts";
+import {
+  paint,
+  relativeTime,
+  terminalColumns,
+  type Tone,
+  wantsColour,
+} from "./lib/_console_format.ts";
 
 /** A wrong command line: exit code 2. */
 class UsageError extends Error {}
+
+/** A command that could not be done, with a message meant for the admin as is: exit code 1. */
+class CommandError extends Error {}
 
 interface OptionSpec {
   type: "string" | "boolean";
@@ -38,6 +54,8 @@ interface Command {
   usage: string;
   options: Record<string, OptionSpec>;
   positionals: [min: number, max: number, name?: string];
+  /** Lines the command's --help adds after the options. */
+  notes?: string[];
   run(ctx: Context): Promise<void>;
 }
 
@@ -48,6 +66,14 @@ interface Context {
   json: boolean;
   out: Output;
   actor: string;
+  /** One instant for the whole command, so every "3 days ago" agrees. */
+  now: number;
+  /** Colour stdout: it is a terminal and NO_COLOR is unset. */
+  colour: boolean;
+  /** The terminal's width when stdout is one; undefined for pipes and files. */
+  columns: number | undefined;
+  /** Someone can answer a question: stdin is a terminal. */
+  interactive: boolean;
 }
 
 const JSON_OPTION: OptionSpec = {
@@ -55,11 +81,32 @@ const JSON_OPTION: OptionSpec = {
   help: "print exactly one JSON value on stdout",
 };
 
+const YES_OPTION: OptionSpec = {
+  type: "boolean",
+  help: "do not ask for confirmation at a terminal",
+};
+
+const KEY_ARGUMENT = "KEY (an id or a name)";
+const FILE_ARGUMENT = "FILE (under ./data, such as ./data/backup.jsonl)";
+
 const STORE_WARNING = [
   "This key is shown once and cannot be recovered: only its hash is stored.",
   "Give it to the integrator now, to keep in a secrets manager, an environment variable or an encrypted configuration file;",
   "never in source control, a URL or a log line. If it is lost, rotate it.",
 ].join("\n");
+
+const CONFIRM_NOTES = [
+  "",
+  "At a terminal this asks for confirmation first; --yes skips the question.",
+  "When stdin is not a terminal (a script, a pipe) it does not ask.",
+];
+
+const FILE_NOTES = [
+  "",
+  "FILE must be under ./data: the keys task may read and write nowhere else.",
+  "The file holds every key record (hashes and e-mail addresses, never keys)",
+  "and the audit log, one JSON value a line: keep it as private as the store.",
+];
 
 const COMMANDS: Record<string, Command> = {
   create: {
@@ -76,6 +123,7 @@ const COMMANDS: Record<string, Command> = {
       },
     },
     positionals: [0, 0],
+    notes: ["", "The key is printed once, on stdout; messages go to stderr."],
     async run({ store, values, json, out, actor }) {
       const name = required(values, "name");
       const email = required(values, "email");
@@ -116,7 +164,14 @@ const COMMANDS: Record<string, Command> = {
       all: { type: "boolean", help: "include revoked keys, with when and why" },
     },
     positionals: [0, 0],
-    async run({ store, values, json, out }) {
+    notes: [
+      "",
+      "Times are shown relative to now; --json gives them exactly (ISO 8601).",
+      "At a terminal the table is fitted to its width and coloured (revoked",
+      "keys dim, keys seen in a URL yellow); NO_COLOR turns colour off.",
+    ],
+    async run(ctx) {
+      const { store, values, json, out } = ctx;
       const all = values.all === true;
       const records = store.list({ includeRevoked: all });
       if (json) {
@@ -129,19 +184,28 @@ const COMMANDS: Record<string, Command> = {
         out.line("]");
         return;
       }
-      const columns = all
-        ? [...LIST_COLUMNS, ...REVOKED_COLUMNS]
-        : LIST_COLUMNS;
-      out.line(headingLine(columns));
+      let columns = listColumns(ctx.now, all);
+      let dropped: string[] = [];
+      if (ctx.columns !== undefined) {
+        ({ columns, dropped } = fitColumns(columns, ctx.columns));
+      }
+      out.line(headingLine(columns, {
+        paint: ctx.colour ? (text) => paint(text, "bold") : undefined,
+      }));
       let count = 0;
       const exposed: number[] = [];
       for await (const record of records) {
-        out.line(rowLine(columns, record));
+        out.line(rowLine(columns, record, {
+          paint: ctx.colour
+            ? (text, column) => tinted(text, recordTone(record, column.heading))
+            : undefined,
+        }));
         count++;
         if (record.exposedAt !== null && record.status === "valid") {
           exposed.push(record.id);
         }
       }
+      out.flush();
       console.error(
         `${count} ${all ? "" : "valid "}key${count === 1 ? "" : "s"}`,
       );
@@ -152,29 +216,48 @@ const COMMANDS: Record<string, Command> = {
           }; rotate each with "keys rotate KEY"`,
         );
       }
+      if (dropped.length > 0) {
+        console.error(
+          `Left out to fit the terminal: ${
+            dropped.join(", ")
+          }; widen it, or use "keys show KEY" or --json`,
+        );
+      }
     },
   },
   show: {
     summary: "show one key",
     usage: "show KEY",
     options: {},
-    positionals: [1, 1, "KEY (an id or a name)"],
-    async run({ store, positionals, json, out }) {
-      printRecord(out, json, await resolve(store, positionals[0]));
+    positionals: [1, 1, KEY_ARGUMENT],
+    notes: ["", "Times are shown exactly (ISO 8601) and relative to now."],
+    async run(ctx) {
+      printRecord(ctx, await resolve(ctx.store, ctx.positionals[0]));
     },
   },
   revoke: {
     summary: "revoke a key at once and for good",
-    usage: "revoke KEY [--reason TEXT]",
+    usage: "revoke KEY [--reason TEXT] [--yes]",
     options: {
       reason: {
         type: "string",
         help: "why: lost, leaked, decommissioned, person left",
       },
+      yes: YES_OPTION,
     },
-    positionals: [1, 1, "KEY (an id or a name)"],
-    async run({ store, values, positionals, json, out, actor }) {
+    positionals: [1, 1, KEY_ARGUMENT],
+    notes: CONFIRM_NOTES,
+    async run(ctx) {
+      const { store, values, positionals, actor } = ctx;
       const target = await resolve(store, positionals[0]);
+      if (target.status === "valid") {
+        await confirm(ctx, {
+          question: `Revoke key ${describe(target)}? ` +
+            "The next request with it gets 401.",
+          declined: `Key ${target.id} "${target.name}" was not revoked; ` +
+            "answer y to revoke it, or pass --yes",
+        });
+      }
       const reason = typeof values.reason === "string"
         ? values.reason
         : undefined;
@@ -187,16 +270,32 @@ const COMMANDS: Record<string, Command> = {
           ? `Revoked key ${record.id} "${record.name}": the next request with it gets 401.`
           : `Key ${record.id} "${record.name}" was already revoked at ${record.revokedAt}; nothing changed.`,
       );
-      printRecord(out, json, record);
+      printRecord(ctx, record);
     },
   },
   rotate: {
     summary: "revoke a key and generate its replacement in one step",
-    usage: "rotate KEY",
-    options: {},
-    positionals: [1, 1, "KEY (an id or a name)"],
-    async run({ store, positionals, json, out, actor }) {
+    usage: "rotate KEY [--yes]",
+    options: { yes: YES_OPTION },
+    positionals: [1, 1, KEY_ARGUMENT],
+    notes: [
+      "",
+      "The new key is printed once, on stdout; messages and the question go",
+      "to stderr, so NEW=$(deno task keys rotate KEY) captures only the key.",
+      ...CONFIRM_NOTES.slice(1),
+    ],
+    async run(ctx) {
+      const { store, positionals, json, out, actor } = ctx;
       const target = await resolve(store, positionals[0]);
+      // A revoked key cannot be rotated: let the store say so without asking first.
+      if (target.status === "valid") {
+        await confirm(ctx, {
+          question: `Rotate key ${describe(target)}? ` +
+            "It is revoked at once: requests with it get 401 until the installation has the new key.",
+          declined: `Key ${target.id} "${target.name}" was not rotated; ` +
+            "answer y to rotate it, or pass --yes",
+        });
+      }
       const fresh = generateApiKey();
       const { revoked, created } = await store.rotate(target.id, fresh, {
         actor,
@@ -219,7 +318,7 @@ const COMMANDS: Record<string, Command> = {
     summary: "show the audit log, oldest first",
     usage: "audit [KEY]",
     options: {},
-    positionals: [0, 1, "KEY (an id or a name)"],
+    positionals: [0, 1, KEY_ARGUMENT],
     async run({ store, positionals, json, out }) {
       const keyId = positionals[0] === undefined
         ? undefined
@@ -237,29 +336,108 @@ const COMMANDS: Record<string, Command> = {
       }
     },
   },
+  export: {
+    summary: "back up every key record and the audit log to a new FILE",
+    usage: "export FILE",
+    options: {},
+    positionals: [1, 1, FILE_ARGUMENT],
+    notes: [
+      ...FILE_NOTES,
+      "An existing FILE is never overwritten, and the file appears under its",
+      'name only once complete. Restore it with "keys import FILE".',
+    ],
+    async run({ store, positionals, json, out, actor }) {
+      const summary = await exportTo(store, positionals[0], { actor });
+      if (json) out.line(JSON.stringify(summary));
+      console.error(
+        `Exported ${counted(summary)} to ${summary.file}. ` +
+          "It holds hashes and e-mail addresses, not keys: keep it as private as the store.",
+      );
+    },
+  },
+  import: {
+    summary: "restore a FILE written by export into an empty store",
+    usage: "import FILE",
+    options: {},
+    positionals: [1, 1, FILE_ARGUMENT],
+    notes: [
+      ...FILE_NOTES,
+      "The store must be empty (a new DENO_KV_PATH); a failed import leaves it",
+      "empty again. Restored keys work at once: the file holds their hashes.",
+    ],
+    async run({ store, positionals, json, out, actor }) {
+      const summary = await importFrom(store, positionals[0], { actor });
+      if (json) out.line(JSON.stringify(summary));
+      console.error(
+        `Imported ${counted(summary)} from ${summary.file}` +
+          (summary.exportedAt ? `, exported at ${summary.exportedAt}` : ""),
+      );
+    },
+  },
 };
 
-const LIST_COLUMNS: Column<KeyRecord>[] = [
-  { heading: "ID", width: 6, cell: (r) => String(r.id) },
-  { heading: "NAME", width: 24, cell: (r) => r.name },
-  { heading: "EMAIL", width: 28, cell: (r) => r.email },
-  { heading: "STATUS", width: 7, cell: (r) => r.status },
-  { heading: "CREATED", width: 20, cell: (r) => shortTime(r.createdAt) },
-  { heading: "HINT", width: 10, cell: (r) => r.hint },
-  {
-    heading: "EXPOSED IN A URL",
-    width: 48,
-    cell: (r) =>
-      r.exposedAt === null
-        ? ""
-        : `${shortTime(r.exposedAt)} from ${r.exposedFrom}`,
-  },
-];
+/** The listing's columns, narrowest first to go when a terminal is narrow. */
+function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
+  const ago = (iso: string | null, none = "") =>
+    iso === null ? none : relativeTime(iso, { now });
+  const columns: Column<KeyRecord>[] = [
+    { heading: "ID", width: 6, cell: (r) => String(r.id) },
+    { heading: "NAME", width: 24, min: 10, cell: (r) => r.name },
+    {
+      heading: "EMAIL",
+      width: 28,
+      min: 12,
+      dropRank: 3,
+      cell: (r) => r.email,
+    },
+    { heading: "STATUS", width: 7, cell: (r) => r.status },
+    { heading: "CREATED", width: 14, cell: (r) => ago(r.createdAt) },
+    {
+      heading: "LAST USED",
+      width: 14,
+      dropRank: 5,
+      cell: (r) => ago(r.lastUsedAt, "never"),
+    },
+    { heading: "HINT", width: 10, dropRank: 2, cell: (r) => r.hint },
+    // Which keys were exposed is repeated on stderr, so this column goes first.
+    {
+      heading: "EXPOSED IN A URL",
+      width: 34,
+      min: 16,
+      dropRank: 1,
+      cell: (r) =>
+        r.exposedAt === null
+          ? ""
+          : `${ago(r.exposedAt)} from ${r.exposedFrom ?? "an unknown address"}`,
+    },
+  ];
+  if (!all) return columns;
+  return [
+    ...columns,
+    { heading: "REVOKED", width: 14, cell: (r) => ago(r.revokedAt) },
+    {
+      heading: "REASON",
+      width: 32,
+      min: 12,
+      dropRank: 4,
+      cell: (r) => r.revokedReason ?? "",
+    },
+  ];
+}
 
-const REVOKED_COLUMNS: Column<KeyRecord>[] = [
-  { heading: "REVOKED", width: 20, cell: (r) => shortTime(r.revokedAt) },
-  { heading: "REASON", width: 32, cell: (r) => r.revokedReason ?? "" },
-];
+/** Revoked keys recede; a key seen in a URL stands out, as it should be rotated. */
+function recordTone(record: KeyRecord, field: string): Tone | undefined {
+  const status = field === "STATUS" || field === "status";
+  if (record.status === "revoked") return status ? "red" : "dim";
+  const exposed = field === "EXPOSED IN A URL" || field === "exposedAt" ||
+    field === "exposedFrom";
+  if (record.exposedAt !== null && (status || exposed)) return "yellow";
+  return undefined;
+}
+
+function tinted(text: string, tone: Tone | undefined): string {
+  return tone === undefined ? text : paint(text, tone);
+}
 
 const AUDIT_COLUMNS: Column<AuditEntry>[] = [
   { heading: "AT", width: 20, cell: (e) => shortTime(e.at) },
@@ -273,13 +451,75 @@ function shortTime(iso: string | null): string {
   return iso === null ? "" : iso.slice(0, 19).replace("T", " ") + "Z";
 }
 
-function printRecord(out: Output, json: boolean, record: KeyRecord): void {
-  if (json) {
-    out.line(JSON.stringify(publicRecord(record)));
+const TIME_FIELDS = new Set([
+  "createdAt",
+  "revokedAt",
+  "exposedAt",
+  "lastUsedAt",
+]);
+
+function printRecord(ctx: Context, record: KeyRecord): void {
+  if (ctx.json) {
+    ctx.out.line(JSON.stringify(publicRecord(record)));
     return;
   }
   for (const [field, value] of Object.entries(publicRecord(record))) {
-    out.line(`${field.padEnd(14)}${value ?? ""}`);
+    let text = value === null ? "" : String(value);
+    if (field === "lastUsedAt" && value === null) text = "never";
+    else if (TIME_FIELDS.has(field) && typeof value === "string") {
+      text = `${value} (${relativeTime(value, { now: ctx.now })})`;
+    }
+    const tone = ctx.colour ? recordTone(record, field) : undefined;
+    // Only the status and the exposure are coloured here: a dim page is hard to read.
+    const shown = tone === "dim" ? text : tinted(text, tone);
+    ctx.out.line(`${field.padEnd(14)}${shown}`.trimEnd());
+  }
+}
+
+function describe(record: KeyRecord): string {
+  return `${record.id} "${record.name}" (${record.email})`;
+}
+
+/**
+ * Asks a yes/no question on stderr (stdout may be captured, as with
+ * `NEW=$(keys rotate …)`) when someone is at the terminal; a script is never
+ * asked. Anything but y or yes declines.
+ */
+async function confirm(
+  ctx: Context,
+  text: { question: string; declined: string },
+): Promise<void> {
+  if (ctx.values.yes === true || !ctx.interactive) return;
+  await writeAll(Deno.stderr, `${text.question} [y/N] `);
+  const answer = await readAnswer();
+  if (answer === null) await writeAll(Deno.stderr, "\n");
+  if (!/^\s*y(es)?\s*$/i.test(answer ?? "")) {
+    throw new CommandError(text.declined);
+  }
+}
+
+/** One line from stdin, without its newline; null at end of input. */
+async function readAnswer(): Promise<string | null> {
+  const decoder = new TextDecoder();
+  const buffer = new Uint8Array(256);
+  let text = "";
+  while (!text.includes("\n")) {
+    const n = await Deno.stdin.read(buffer);
+    if (n === null) return text === "" ? null : text;
+    text += decoder.decode(buffer.subarray(0, n), { stream: true });
+  }
+  return text.slice(0, text.indexOf("\n"));
+}
+
+async function writeAll(
+  target: { write(bytes: Uint8Array): Promise<number> },
+  text: string | Uint8Array,
+): Promise<void> {
+  const bytes = typeof text === "string"
+    ? new TextEncoder().encode(text)
+    : text;
+  for (let at = 0; at < bytes.length;) {
+    at += await target.write(bytes.subarray(at));
   }
 }
 
@@ -344,12 +584,16 @@ function mainHelp(): string {
     ),
     "",
     "KEY is a key id or the name of a valid key.",
+    "FILE must be under ./data, the only folder the keys task may read and write.",
     "Every command takes --json (one JSON value on stdout) and --help.",
+    "At a terminal, revoke and rotate ask first (--yes skips the question) and",
+    "listings are coloured; set NO_COLOR to turn colour off. Scripts, whose",
+    "stdin and stdout are not terminals, are neither asked nor coloured.",
     "The store is DENO_KV_PATH (default ./data/keys.db).",
   ].join("\n");
 }
 
-function commandHelp(name: string, command: Command): string {
+function commandHelp(command: Command): string {
   const options: Record<string, OptionSpec> = {
     ...command.options,
     json: JSON_OPTION,
@@ -366,9 +610,7 @@ function commandHelp(name: string, command: Command): string {
       }${spec.help}`
     ),
     "  --help          show this help",
-    ...(name === "create" || name === "rotate"
-      ? ["", "The key is printed once, on stdout; messages go to stderr."]
-      : []),
+    ...(command.notes ?? []),
   ].join("\n");
 }
 
@@ -415,7 +657,7 @@ function parse(args: string[]): {
       `${message.split(/\.\s|\.$/)[0]}; see "keys ${name} --help"`,
     );
   }
-  if (parsed.values.help) return { help: commandHelp(name, command) };
+  if (parsed.values.help) return { help: commandHelp(command) };
   const [min, max, what] = command.positionals;
   if (parsed.positionals.length < min) {
     throw new UsageError(`${name} needs ${what}; see "keys ${name} --help"`);
@@ -467,10 +709,17 @@ export async function main(args: string[]): Promise<number> {
       json: parsed.values.json === true,
       out,
       actor: actor(),
+      now: Date.now(),
+      colour: wantsColour(Deno.stdout, { env: processEnv }),
+      columns: terminalColumns(),
+      interactive: Deno.stdin.isTerminal(),
     });
     return 0;
   } catch (error) {
-    if (error instanceof UsageError) {
+    if (
+      error instanceof UsageError ||
+      (error instanceof BackupError && error.usage)
+    ) {
       console.error(error.message);
       return 2;
     }
@@ -483,7 +732,10 @@ export async function main(args: string[]): Promise<number> {
 }
 
 function failure(error: unknown): string {
-  if (error instanceof ConfigError || error instanceof StoreInputError) {
+  if (
+    error instanceof ConfigError || error instanceof StoreInputError ||
+    error instanceof CommandError || error instanceof BackupError
+  ) {
     return error.message;
   }
   if (error instanceof Deno.errors.NotCapable) {

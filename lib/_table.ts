@@ -1,34 +1,118 @@
 /**
  * Fixed-width text columns, so that a listing of any length can be printed
  * row by row as it streams from the store, without reading it all first.
+ * Widths are therefore decided up front, from the headings and the terminal,
+ * never from the data.
+ *
+ * @module
  */
 
 /** One column: heading, width, and how to take the cell from a row. */
 export interface Column<T> {
   heading: string;
   width: number;
+  /** How narrow a terminal may squeeze the column; `width` when unset. */
+  min?: number;
+  /**
+   * When even the narrowest columns overflow the terminal, columns with a
+   * rank are left out, lowest rank first; columns without one always stay.
+   */
+  dropRank?: number;
   cell: (row: T) => string;
 }
 
+/** Options of {@linkcode headingLine} and {@linkcode rowLine}. */
+export interface LineOptions<T> {
+  /**
+   * Decorates a cell's text after it is cut and before it is padded, so
+   * that invisible colour codes never count towards the width.
+   */
+  paint?: (text: string, column: Column<T>) => string;
+}
+
 /** The heading line. */
-export function headingLine<T>(columns: Column<T>[]): string {
-  return line(columns.map((c) => [c.heading, c.width]));
+export function headingLine<T>(
+  columns: Column<T>[],
+  options: LineOptions<T> = {},
+): string {
+  return line(columns, (c) => c.heading, options);
 }
 
 /** One row, every cell cut to its column with an ellipsis. */
-export function rowLine<T>(columns: Column<T>[], row: T): string {
-  return line(columns.map((c) => [c.cell(row), c.width]));
+export function rowLine<T>(
+  columns: Column<T>[],
+  row: T,
+  options: LineOptions<T> = {},
+): string {
+  return line(columns, (c) => c.cell(row), options);
 }
 
-function line(cells: [string, number][]): string {
-  return cells.map(([text, width], i) => {
-    const flat = text.replace(/\s+/g, " ");
+/** What {@linkcode fitColumns} kept, and the headings it left out. */
+export interface FittedColumns<T> {
+  columns: Column<T>[];
+  dropped: string[];
+}
+
+/**
+ * Narrows columns to fit a line of `width` characters: first squeezes the
+ * columns with the most room to spare towards their `min`, and only when
+ * that is not enough leaves out columns by `dropRank`. A line that cannot
+ * fit even then keeps the remaining columns at their minimum.
+ */
+export function fitColumns<T>(
+  columns: Column<T>[],
+  width: number,
+): FittedColumns<T> {
+  const droppable = columns.filter((c) => c.dropRank !== undefined)
+    .sort((a, b) => a.dropRank! - b.dropRank!);
+  let kept = columns;
+  for (const next of droppable) {
+    if (lineWidth(kept, (c) => c.min ?? c.width) <= width) break;
+    kept = kept.filter((c) => c !== next);
+  }
+  const widths = kept.map((c) => c.width);
+  let excess = lineWidth(kept, (c) => c.width) - width;
+  while (excess > 0) {
+    let widest = -1;
+    let room = 0;
+    kept.forEach((c, i) => {
+      const spare = widths[i] - (c.min ?? c.width);
+      if (spare > room) [widest, room] = [i, spare];
+    });
+    if (widest < 0) break;
+    widths[widest]--;
+    excess--;
+  }
+  return {
+    columns: kept.map((c, i) => ({ ...c, width: widths[i] })),
+    dropped: columns.filter((c) => !kept.includes(c)).map((c) => c.heading),
+  };
+}
+
+const GAP = "  ";
+
+function lineWidth<T>(
+  columns: Column<T>[],
+  width: (column: Column<T>) => number,
+): number {
+  return columns.reduce((sum, c) => sum + width(c), 0) +
+    GAP.length * Math.max(0, columns.length - 1);
+}
+
+function line<T>(
+  columns: Column<T>[],
+  text: (column: Column<T>) => string,
+  options: LineOptions<T>,
+): string {
+  return columns.map((column, i) => {
+    const flat = text(column).replace(/\s+/g, " ");
     const chars = [...flat];
-    const cut = chars.length > width
-      ? chars.slice(0, width - 1).join("") + "…"
+    const cut = chars.length > column.width
+      ? chars.slice(0, column.width - 1).join("") + "…"
       : flat;
-    return i === cells.length - 1
-      ? cut
-      : cut + " ".repeat(width - [...cut].length);
-  }).join("  ").trimEnd();
+    const shown = options.paint ? options.paint(cut, column) : cut;
+    return i === columns.length - 1
+      ? shown
+      : shown + " ".repeat(Math.max(0, column.width - [...cut].length));
+  }).join(GAP).trimEnd();
 }

@@ -125,7 +125,7 @@ Deno.test("a key in the URL is refused with 400, never authenticated, and shows 
   assert.match(
     list.stdout,
     new RegExp(
-      `\\n${leaked.id}\\s+leaky-erp.*\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\dZ from 127\\.0\\.0\\.1`,
+      `\\n${leaked.id}\\s+leaky-erp.*just now from 127\\.0\\.0\\.1`,
     ),
   );
   assert.doesNotMatch(list.stdout, /careful-erp.* from /);

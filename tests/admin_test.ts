@@ -1,7 +1,26 @@
 /** The admin console as an administrator meets it: every command, every error path. */
 
 import assert from "node:assert/strict";
-import { createKey, keys, tempDir } from "./_helpers.ts";
+import {
+  createKey,
+  keys,
+  type RunResult,
+  taskArgs,
+  tempDir,
+} from "./_helpers.ts";
+import { relativeTime, stripAnsi } from "../lib/_console_format.ts";
+import { type Column, fitColumns, rowLine } from "../lib/_table.ts";
+
+const COMMANDS = [
+  "create",
+  "list",
+  "show",
+  "revoke",
+  "rotate",
+  "audit",
+  "export",
+  "import",
+];
 
 /** The audit log's length: proof that a refused command changed nothing. */
 async function changes(cwd: string): Promise<number> {
@@ -15,15 +34,11 @@ Deno.test("--help on the console and on every command prints usage and exits 0",
     const result = await keys(dir.path, args);
     assert.equal(result.code, 0);
     assert.match(result.stdout, /Usage: deno task keys <command>/);
-    for (
-      const command of ["create", "list", "show", "revoke", "rotate", "audit"]
-    ) {
+    for (const command of COMMANDS) {
       assert.match(result.stdout, new RegExp(`\\n  ${command}\\b`));
     }
   }
-  for (
-    const command of ["create", "list", "show", "revoke", "rotate", "audit"]
-  ) {
+  for (const command of COMMANDS) {
     const result = await keys(dir.path, [command, "--help"]);
     assert.equal(result.code, 0, command);
     assert.match(result.stdout, new RegExp(`Usage: deno task keys ${command}`));
@@ -88,8 +103,14 @@ Deno.test("list shows valid keys in a table and --all adds revoked ones with whe
     "machine decommissioned",
   ]);
   const list = await keys(dir.path, ["list"]);
-  assert.match(list.stdout, /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+HINT/);
-  assert.match(list.stdout, /\n1\s+berlin\s+berlin@example\.com\s+valid/);
+  assert.match(
+    list.stdout,
+    /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+LAST USED\s+HINT\s+EXPOSED IN A URL\n/,
+  );
+  assert.match(
+    list.stdout,
+    /\n1\s+berlin\s+berlin@example\.com\s+valid\s+just now\s+never\s+isk_…/,
+  );
   assert.ok(!list.stdout.includes("hamburg"));
   const all = await keys(dir.path, ["list", "--all"]);
   assert.match(all.stdout, /REVOKED\s+REASON/);
@@ -212,4 +233,339 @@ Deno.test("audit shows who changed what and when", async () => {
   assert.equal(log[1].detail, "left");
   const text = await keys(dir.path, ["audit", "1"]);
   assert.match(text.stdout, /create\s+1\s+alice@/);
+});
+
+const MINUTE = 60_000;
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+
+Deno.test("relative times round down to the largest whole unit, and say just now under a minute", () => {
+  const now = Date.parse("2026-11-21T12:00:00.000Z");
+  const ago = (ms: number) =>
+    relativeTime(new Date(now - ms).toISOString(), { now });
+  assert.equal(ago(0), "just now");
+  assert.equal(ago(59_999), "just now");
+  assert.equal(ago(MINUTE), "1 minute ago");
+  assert.equal(ago(59 * MINUTE + 59_000), "59 minutes ago");
+  assert.equal(ago(HOUR), "1 hour ago");
+  assert.equal(ago(DAY - 1), "23 hours ago");
+  assert.equal(ago(3 * DAY + 5 * HOUR), "3 days ago");
+  assert.equal(ago(45 * DAY), "1 month ago");
+  assert.equal(ago(800 * DAY), "2 years ago");
+  assert.equal(ago(-2 * MINUTE), "in 2 minutes");
+  assert.equal(relativeTime("not a time", { now }), "not a time");
+});
+
+Deno.test("fitting columns squeezes the widest towards its minimum before leaving any out", () => {
+  const columns: Column<string>[] = [
+    { heading: "ID", width: 4, cell: () => "1" },
+    { heading: "NAME", width: 20, min: 8, cell: (r) => r },
+    { heading: "HINT", width: 10, dropRank: 1, cell: () => "isk_…abcd" },
+  ];
+  const roomy = fitColumns(columns, 200);
+  assert.deepEqual(roomy.columns.map((c) => c.width), [4, 20, 10]);
+  const squeezed = fitColumns(columns, 30);
+  assert.deepEqual(squeezed.columns.map((c) => c.width), [4, 12, 10]);
+  assert.deepEqual(squeezed.dropped, []);
+  const narrow = fitColumns(columns, 20);
+  assert.deepEqual(narrow.columns.map((c) => c.heading), ["ID", "NAME"]);
+  assert.deepEqual(narrow.dropped, ["HINT"]);
+  const line = rowLine(narrow.columns, "a very long installation name");
+  assert.ok([...line].length <= 20, line);
+  assert.match(line, /…$/);
+});
+
+/** A complete export holding the given key records, for `keys import`. */
+function exportFile(records: Record<string, unknown>[]): string {
+  return [
+    {
+      format: "integration-service-keys",
+      version: 1,
+      exportedAt: new Date().toISOString(),
+    },
+    ...records.map((record) => ({ type: "key", record })),
+    { type: "end", keys: records.length, audit: 0 },
+  ].map((line) => JSON.stringify(line)).join("\n") + "\n";
+}
+
+function keyRecord(
+  id: number,
+  fields: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    id,
+    name: `site-${id}`,
+    email: `site-${id}@example.com`,
+    status: "valid",
+    hash: id.toString(16).padStart(64, "0"),
+    hint: "isk_…abcd",
+    createdAt: new Date().toISOString(),
+    revokedAt: null,
+    revokedReason: null,
+    exposedAt: null,
+    exposedFrom: null,
+    lastUsedAt: null,
+    ...fields,
+  };
+}
+
+/** Fills a fresh store with records whose times lie in the past. */
+async function seed(
+  cwd: string,
+  records: Record<string, unknown>[],
+): Promise<void> {
+  await Deno.mkdir(`${cwd}/data`, { recursive: true });
+  await Deno.writeTextFile(`${cwd}/data/seed.jsonl`, exportFile(records));
+  const result = await keys(cwd, ["import", "./data/seed.jsonl"]);
+  assert.equal(result.code, 0, result.stderr);
+}
+
+function isoAgo(ms: number): string {
+  return new Date(Date.now() - ms).toISOString();
+}
+
+const AGED = [
+  keyRecord(1, {
+    createdAt: isoAgo(3 * DAY + HOUR),
+    lastUsedAt: isoAgo(2 * HOUR + MINUTE),
+  }),
+  keyRecord(2, {
+    createdAt: isoAgo(40 * DAY),
+    exposedAt: isoAgo(5 * MINUTE + 10_000),
+    exposedFrom: "203.0.113.9",
+  }),
+  keyRecord(3, {
+    status: "revoked",
+    createdAt: isoAgo(400 * DAY),
+    revokedAt: isoAgo(DAY + HOUR),
+    revokedReason: "person left",
+  }),
+];
+
+Deno.test("list shows times relative to now, LAST USED as never when unused, and --json keeps exact times", async () => {
+  using dir = tempDir();
+  await seed(dir.path, AGED);
+  const list = await keys(dir.path, ["list", "--all"]);
+  assert.equal(list.code, 0, list.stderr);
+  const rows = list.stdout.trim().split("\n");
+  assert.match(
+    rows[0],
+    /\bCREATED\s+LAST USED\s+HINT\s+EXPOSED IN A URL\s+REVOKED\b/,
+  );
+  assert.match(rows[1], /^1\s+site-1\s.*valid\s+3 days ago\s+2 hours ago\s/);
+  assert.match(
+    rows[2],
+    /^2\s+site-2\s.*1 month ago\s+never\s+isk_…abcd\s+5 minutes ago from 203\.0\.113\.9$/,
+  );
+  assert.match(
+    rows[3],
+    /^3\s+site-3\s.*revoked\s+1 year ago\s+never\s.*1 day ago\s+person left$/,
+  );
+  assert.match(list.stderr, /Sent in a URL.*: 2; rotate each/);
+  const json = JSON.parse(
+    (await keys(dir.path, ["list", "--all", "--json"])).stdout,
+  );
+  assert.deepEqual(
+    json.map((
+      r: Record<string, unknown>,
+    ) => [r.createdAt, r.lastUsedAt, r.exposedAt]),
+    AGED.map((r) => [r.createdAt, r.lastUsedAt, r.exposedAt]),
+  );
+});
+
+Deno.test("show prints each time exactly and relative to now", async () => {
+  using dir = tempDir();
+  await seed(dir.path, AGED);
+  const show = await keys(dir.path, ["show", "site-1"]);
+  assert.equal(show.code, 0, show.stderr);
+  assert.match(
+    show.stdout,
+    new RegExp(`\\ncreatedAt\\s+${AGED[0].createdAt} \\(3 days ago\\)\\n`),
+  );
+  assert.match(
+    show.stdout,
+    new RegExp(`\\nlastUsedAt\\s+${AGED[0].lastUsedAt} \\(2 hours ago\\)\\n`),
+  );
+  const unused = await keys(dir.path, ["show", "2"]);
+  assert.match(unused.stdout, /\nlastUsedAt\s+never\n/);
+  assert.match(unused.stdout, /\nexposedFrom\s+203\.0\.113\.9\n/);
+});
+
+Deno.test("piped output carries no colour codes, even for revoked and exposed keys", async () => {
+  using dir = tempDir();
+  await seed(dir.path, AGED);
+  for (
+    const args of [["list", "--all"], ["show", "2"], ["show", "3"], ["audit"]]
+  ) {
+    const result = await keys(dir.path, args);
+    assert.equal(result.code, 0, result.stderr);
+    assert.ok(
+      !(result.stdout + result.stderr).includes("\x1b"),
+      args.join(" "),
+    );
+  }
+});
+
+Deno.test("revoke and rotate do not ask when stdin is not a terminal, whatever it holds", async () => {
+  using dir = tempDir();
+  await createKey(dir.path, "berlin");
+  await createKey(dir.path, "hamburg");
+  for (const args of [["revoke", "berlin"], ["rotate", "hamburg"]]) {
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [...taskArgs("keys"), ...args],
+      cwd: dir.path,
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const writer = child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode("n\n"));
+    await writer.close();
+    const out = await child.output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, stderr);
+    assert.ok(!stderr.includes("[y/N]"), stderr);
+  }
+  const left = JSON.parse((await keys(dir.path, ["list", "--json"])).stdout);
+  assert.deepEqual(left.map((r: { id: number }) => r.id), [3]);
+});
+
+// At a terminal: `script` (util-linux) gives the console a pseudo-terminal
+// for stdin and stdout, and copies both, with what was typed, to its stdout.
+
+const SCRIPT = await (async () => {
+  try {
+    const probe = await new Deno.Command("script", { args: ["--version"] })
+      .output();
+    return probe.success;
+  } catch {
+    return false;
+  }
+})();
+
+function shellQuote(word: string): string {
+  return `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+function withoutNoColor(): Record<string, string> {
+  const { NO_COLOR: _, ...rest } = Deno.env.toObject();
+  return rest;
+}
+
+/** Runs `deno task keys ARGS` at a terminal `columns` wide, typing `input`. */
+async function atTerminal(
+  cwd: string,
+  args: string[],
+  options: { input?: string; columns?: number; env?: Record<string, string> } =
+    {},
+): Promise<RunResult> {
+  const command = [Deno.execPath(), ...taskArgs("keys"), ...args]
+    .map(shellQuote).join(" ");
+  const child = new Deno.Command("script", {
+    args: [
+      "-qec",
+      `stty cols ${options.columns ?? 120} rows 40; ${command}`,
+      "/dev/null",
+    ],
+    cwd,
+    // The parent's NO_COLOR (CI sets it) must not decide what this test sees.
+    env: { ...withoutNoColor(), TERM: "xterm", ...options.env },
+    clearEnv: true,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(options.input ?? ""));
+  await writer.close();
+  const out = await child.output();
+  const decoder = new TextDecoder();
+  return {
+    code: out.code,
+    stdout: decoder.decode(out.stdout).replaceAll("\r\n", "\n"),
+    stderr: decoder.decode(out.stderr),
+  };
+}
+
+Deno.test({
+  name:
+    "at a terminal, list is coloured and fits its width; NO_COLOR turns colour off",
+  ignore: !SCRIPT,
+  async fn() {
+    using dir = tempDir();
+    await seed(dir.path, AGED);
+    const wide = await atTerminal(dir.path, ["list", "--all"], {
+      columns: 200,
+    });
+    assert.equal(wide.code, 0, wide.stdout);
+    assert.ok(wide.stdout.includes("\x1b[31mrevoked\x1b[39m"), wide.stdout);
+    assert.ok(wide.stdout.includes("\x1b[2msite-3\x1b[22m"), wide.stdout);
+    assert.ok(
+      wide.stdout.includes("\x1b[33m5 minutes ago from 203.0.113.9\x1b[39m"),
+      wide.stdout,
+    );
+    assert.ok(!wide.stdout.includes("Left out"));
+
+    const narrow = await atTerminal(dir.path, ["list", "--all"], {
+      columns: 80,
+    });
+    const table = narrow.stdout.split("\n").filter((l) => /^\S/.test(l))
+      .map(stripAnsi).filter((l) => /^(ID|\d+ {2})/.test(l));
+    assert.equal(table.length, 4, narrow.stdout);
+    for (const line of table) assert.ok([...line].length <= 80, line);
+    assert.match(narrow.stdout, /Left out to fit the terminal: .*EXPOSED/);
+
+    const plain = await atTerminal(dir.path, ["list", "--all"], {
+      env: { NO_COLOR: "1" },
+    });
+    assert.equal(plain.code, 0, plain.stdout);
+    assert.match(plain.stdout, /revoked/);
+    assert.ok(!plain.stdout.includes("\x1b["), plain.stdout);
+  },
+});
+
+Deno.test({
+  name:
+    "at a terminal, revoke and rotate ask first: only y goes ahead, and --yes does not ask",
+  ignore: !SCRIPT,
+  async fn() {
+    using dir = tempDir();
+    await createKey(dir.path, "berlin-erp", "ops@example.com");
+    await createKey(dir.path, "hamburg");
+    const before = await changes(dir.path);
+    for (const input of ["n\n", "\n", "maybe\n", ""]) {
+      const declined = await atTerminal(dir.path, ["revoke", "berlin-erp"], {
+        input,
+      });
+      assert.equal(declined.code, 1, declined.stdout);
+      assert.match(
+        declined.stdout,
+        /Revoke key 1 "berlin-erp" \(ops@example\.com\)\? The next request with it gets 401\. \[y\/N\]/,
+      );
+      assert.match(
+        declined.stdout,
+        /Key 1 "berlin-erp" was not revoked; answer y/,
+      );
+    }
+    const kept = await atTerminal(dir.path, ["rotate", "hamburg"], {
+      input: "no\n",
+    });
+    assert.equal(kept.code, 1, kept.stdout);
+    assert.match(kept.stdout, /Rotate key 2 "hamburg" .*\[y\/N\]/);
+    assert.equal(await changes(dir.path), before);
+
+    const revoked = await atTerminal(dir.path, ["revoke", "berlin-erp"], {
+      input: "y\n",
+    });
+    assert.equal(revoked.code, 0, revoked.stdout);
+    assert.match(revoked.stdout, /Revoked key 1 "berlin-erp"/);
+    const rotated = await atTerminal(dir.path, ["rotate", "hamburg", "--yes"]);
+    assert.equal(rotated.code, 0, rotated.stdout);
+    assert.ok(!rotated.stdout.includes("[y/N]"), rotated.stdout);
+    assert.match(rotated.stdout, /Revoked key 2 and created key 3/);
+    // Revoking a revoked key changes nothing, so there is nothing to confirm.
+    const again = await atTerminal(dir.path, ["revoke", "1"]);
+    assert.equal(again.code, 0, again.stdout);
+    assert.ok(!again.stdout.includes("[y/N]"), again.stdout);
+  },
 });

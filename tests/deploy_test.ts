@@ -1,44 +1,302 @@
 /**
- * The three ways to run the server (the start task, the compiled binary,
- * the Docker image) must grant the same permissions and run the same
- * entrypoint. Docker and `deno compile` cannot run here; their definitions can.
+ * The three ways to run the server, `deno task start`, the compiled binary
+ * (`deno task compile`) and the Docker image, must grant the same
+ * permissions to the same entrypoint, or one of them drifts into refusing
+ * a store path, or allowing more than the others. Docker and `deno compile`
+ * cannot run here (no engine; the compile runtime is downloaded from a host
+ * this machine cannot reach), so their definitions are read and compared.
+ *
+ * What "the same" means:
+ * - Permission flags (`--allow-*`, `--deny-*`) are compared as sets, and so
+ *   are the comma-separated values of each, so order does not matter.
+ * - The image runs the very `deno run` of the start task, so its other flags
+ *   (`-q`, `--env-file`) must match too.
+ * - The compile task must not take `--env-file`: `deno compile` embeds the
+ *   .env of the machine that builds, secrets included, into the binary. The
+ *   binary reads its settings from the environment it is started in. `-q`
+ *   only quiets the build, so it is left to the task.
  */
 
 import assert from "node:assert/strict";
-import { taskArgs } from "./_helpers.ts";
+import { readConfig, readStoreLocation } from "../lib/config.ts";
+import { startServer, tempDir } from "./_helpers.ts";
 
-const root = new URL("../", import.meta.url);
-const dockerfile = await Deno.readTextFile(new URL("Dockerfile", root));
+const ROOT = new URL("../", import.meta.url);
+const read = (path: string) => Deno.readTextFile(new URL(path, ROOT));
+const DENO_JSON = JSON.parse(await read("deno.json")) as {
+  unstable?: string[];
+  tasks: Record<string, string>;
+};
+const DOCKERFILE = dockerInstructions(await read("Dockerfile"));
+const DOCKERIGNORE = (await read(".dockerignore")).split("\n")
+  .map((line) => line.trim())
+  .filter((line) => line !== "" && !line.startsWith("#"));
 
-function permissions(args: string[]): string[] {
-  return args.filter((a) => a.startsWith("--allow-")).sort();
+interface Instruction {
+  keyword: string;
+  args: string;
 }
 
-function entrypoint(args: string[]): string {
-  return args.filter((a) => a.endsWith(".ts")).map((a) => a.split("/").pop())
-    .join(" ");
+/** Dockerfile instructions, with continued lines joined and comments dropped. */
+function dockerInstructions(text: string): Instruction[] {
+  const instructions: Instruction[] = [];
+  let current = "";
+  for (const raw of text.split("\n")) {
+    const line = raw.trimEnd();
+    if (/^\s*#/.test(line) || (current === "" && line.trim() === "")) continue;
+    if (line.endsWith("\\")) {
+      current += line.slice(0, -1) + " ";
+      continue;
+    }
+    const whole = (current + line).trim();
+    current = "";
+    const match = whole.match(/^(\w+)\s+(.*)$/s);
+    assert.ok(match, `not an instruction: ${whole}`);
+    instructions.push({ keyword: match[1].toUpperCase(), args: match[2] });
+  }
+  return instructions;
 }
 
-Deno.test("the Docker image runs main.ts with exactly the start task's permissions", () => {
-  const cmd = dockerfile.match(/^CMD (\[.*\])$/m);
-  assert.ok(cmd, "the Dockerfile has a CMD in exec form");
-  const args = JSON.parse(cmd[1]) as string[];
-  assert.deepEqual(permissions(args), permissions(taskArgs("start")));
-  assert.equal(entrypoint(args), "main.ts");
-  assert.equal(entrypoint(taskArgs("start")), "main.ts");
+function all(keyword: string): string[] {
+  return DOCKERFILE.filter((i) => i.keyword === keyword).map((i) => i.args);
+}
+
+/** The instruction's exec form (a JSON array), which runs without a shell. */
+function execForm(args: string): string[] {
+  const words = JSON.parse(args);
+  assert.ok(
+    Array.isArray(words) && words.every((w) => typeof w === "string"),
+    `not an exec-form command: ${args}`,
+  );
+  return words;
+}
+
+interface DenoCommand {
+  subcommand: string;
+  /** Each permission flag with its comma-separated values sorted. */
+  permissions: string[];
+  /** Every other flag, values joined with "=". */
+  flags: string[];
+  entrypoint: string;
+  scriptArgs: string[];
+}
+
+const FLAGS_WITH_A_SEPARATE_VALUE = new Set(["--output", "-o", "--target"]);
+
+function denoCommand(words: string[]): DenoCommand {
+  assert.equal(words[0], "deno", `runs deno directly: ${words.join(" ")}`);
+  const [, subcommand, ...rest] = words;
+  const permissions: string[] = [];
+  const flags: string[] = [];
+  let at = 0;
+  for (; at < rest.length && rest[at].startsWith("-"); at++) {
+    let flag = rest[at];
+    if (FLAGS_WITH_A_SEPARATE_VALUE.has(flag)) flag += `=${rest[++at]}`;
+    // Short and blanket forms would slip past a comparison of --allow-* flags.
+    assert.doesNotMatch(
+      flag,
+      /^-[ARWNESP]$|^--allow-all$|^--allow-\w+$/,
+      `${flag}: grant permissions with --allow-NAME=LIST`,
+    );
+    if (/^--(allow|deny)-/.test(flag)) {
+      const [name, list] = flag.split("=");
+      permissions.push(`${name}=${list.split(",").sort().join(",")}`);
+    } else flags.push(flag);
+  }
+  return {
+    subcommand,
+    permissions: permissions.sort(),
+    flags: flags.sort(),
+    entrypoint: rest[at],
+    scriptArgs: rest.slice(at + 1),
+  };
+}
+
+function task(name: string): DenoCommand {
+  assert.ok(DENO_JSON.tasks[name], `deno.json has a ${name} task`);
+  return denoCommand(DENO_JSON.tasks[name].trim().split(/\s+/));
+}
+
+Deno.test("the Docker image runs the start task's command: same permissions, same flags, same entrypoint", () => {
+  const start = task("start");
+  const cmds = all("CMD");
+  assert.equal(cmds.length, 1, "one CMD");
+  const image = denoCommand(execForm(cmds[0]));
+  assert.equal(image.subcommand, "run");
+  assert.deepEqual(image.permissions, start.permissions);
+  assert.deepEqual(image.flags, start.flags);
+  assert.deepEqual(
+    [image.entrypoint, image.scriptArgs],
+    [start.entrypoint, start.scriptArgs],
+  );
+  assert.equal(start.entrypoint, "main.ts");
+  // The base image's ENTRYPOINT (tini) must stay, to pass SIGTERM to deno.
+  assert.deepEqual(all("ENTRYPOINT"), []);
 });
 
-Deno.test("the compile task builds main.ts with exactly the start task's permissions and KV enabled", () => {
-  const args = taskArgs("compile");
-  assert.equal(args[0], "compile");
-  assert.deepEqual(permissions(args), permissions(taskArgs("start")));
-  assert.equal(entrypoint(args), "main.ts");
-  assert.ok(args.includes("--unstable-kv"));
+Deno.test("the compile task grants main.ts the start task's permissions, with KV on and no build-time .env", () => {
+  const start = task("start");
+  const compile = task("compile");
+  assert.equal(compile.subcommand, "compile");
+  assert.deepEqual(compile.permissions, start.permissions);
+  assert.equal(compile.entrypoint, start.entrypoint);
+  assert.deepEqual(compile.scriptArgs, []);
+  assert.ok(compile.flags.includes("--unstable-kv"), "--unstable-kv");
+  assert.ok(
+    compile.flags.includes("--output=dist/integration-service"),
+    compile.flags.join(" "),
+  );
+  assert.ok(
+    !compile.flags.some((f) => f.startsWith("--env-file")),
+    "deno compile would embed the builder's .env in the binary",
+  );
 });
 
-Deno.test("the Docker image is pinned, runs as the deno user and checks a health route", () => {
-  const from = dockerfile.match(/^FROM (\S+)$/m)?.[1] ?? "";
-  assert.match(from, /^denoland\/deno:\d+\.\d+\.\d+/);
-  assert.match(dockerfile, /^USER deno$/m);
-  assert.match(dockerfile, /^HEALTHCHECK .*\n?.*\/api\/v1\/health\/live/m);
+Deno.test("without DENO_KV_PATH the server keeps its keys on disk, inside the folder every variant may write", () => {
+  const unset = () => undefined;
+  const location = readStoreLocation(unset);
+  assert.deepEqual(readConfig(unset).store, location);
+  assert.equal(location.kind, "kv");
+  const path = location.kind === "kv" ? location.path : "";
+  assert.notEqual(path, ":memory:");
+  const relative = path.replace(/^\.\//, "");
+  for (const name of ["start", "compile"]) {
+    const writable = task(name).permissions
+      .filter((p) => p.startsWith("--allow-write="))
+      .flatMap((p) => p.slice("--allow-write=".length).split(","))
+      .map((p) => p.replace(/^\.\//, "").replace(/\/$/, ""));
+    assert.ok(
+      writable.some((folder) => relative.startsWith(`${folder}/`)),
+      `${name}: ${path} is outside --allow-write=${writable.join(",")}`,
+    );
+  }
+});
+
+Deno.test("the image keeps ./data on the /data volume, runs as the deno user and exposes the default port", () => {
+  const user = all("USER").at(-1);
+  assert.equal(user, "deno");
+  const volumes = all("VOLUME").flatMap((v) =>
+    v.startsWith("[") ? execForm(v) : v.split(/\s+/)
+  );
+  assert.ok(volumes.includes("/data"), `VOLUME ${volumes.join(" ")}`);
+  const workdir = all("WORKDIR").at(-1);
+  assert.ok(workdir?.startsWith("/"), "an absolute WORKDIR");
+  assert.ok(
+    all("RUN").some((run) => run.includes(`ln -s /data ${workdir}/data`)),
+    `${workdir}/data, the start task's ./data, leads to /data`,
+  );
+  const port = String(readConfig(() => undefined).port);
+  assert.ok(
+    all("EXPOSE").some((e) => e.split(/\s+/).includes(port)),
+    `EXPOSE ${port}`,
+  );
+});
+
+Deno.test("the base image is the official Deno image at a pinned version, never latest", () => {
+  const images = all("FROM").map((f) => f.split(/\s+/)[0]);
+  assert.ok(images.length > 0);
+  for (const image of images) {
+    assert.match(image, /^denoland\/deno:/);
+    const tag = image.split(":")[1];
+    assert.doesNotMatch(tag, /latest/);
+    assert.match(tag, /\d+\.\d+\.\d+|@sha256:[0-9a-f]{64}$/);
+  }
+});
+
+/** Files below the project root that an entrypoint loads, static and dynamic imports alike. */
+async function localModules(entrypoint: string): Promise<string[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", entrypoint],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.ok(out.success, new TextDecoder().decode(out.stderr));
+  const info = JSON.parse(new TextDecoder().decode(out.stdout)) as {
+    modules: { specifier: string }[];
+  };
+  return info.modules.map((m) => m.specifier)
+    .filter((s) => s.startsWith(ROOT.href))
+    .map((s) => s.slice(ROOT.href.length));
+}
+
+function ignored(path: string): boolean {
+  return DOCKERIGNORE.some((pattern) => {
+    const p = pattern.replace(/^\//, "").replace(/\/$/, "");
+    return path === p || path.startsWith(`${p}/`);
+  });
+}
+
+Deno.test("the image copies every module the server and the console load, and caches from the lockfile first", async () => {
+  const copied = all("COPY").map((c) =>
+    c.split(/\s+/).filter((w) => !w.startsWith("--"))
+  )
+    .flatMap((words) => words.slice(0, -1));
+  const needed = new Set([
+    ...await localModules("main.ts"),
+    ...await localModules("admin.ts"),
+    "deno.json",
+    "deno.lock",
+  ]);
+  assert.ok(needed.has("lib/store.ts") && needed.has("admin.ts"));
+  for (const file of needed) {
+    assert.ok(
+      copied.some((src) =>
+        src === file || (src.endsWith("/") && file.startsWith(src))
+      ),
+      `${file} is not copied into the image`,
+    );
+    assert.ok(!ignored(file), `.dockerignore leaves out ${file}`);
+  }
+  const order = DOCKERFILE.map((i) => `${i.keyword} ${i.args}`);
+  const install = order.findIndex((l) => /^RUN deno (install|cache)\b/.test(l));
+  assert.ok(install > 0, "a RUN step caches the dependencies");
+  assert.match(order[install], /--frozen/);
+  assert.ok(
+    order.findIndex((l) => /^COPY .*\bdeno\.lock\b/.test(l)) < install,
+    "deno.json and deno.lock are copied before the dependency step",
+  );
+  // The start command has no --unstable-kv: it relies on deno.json, which the image copies.
+  assert.ok(DENO_JSON.unstable?.includes("kv"), 'deno.json "unstable": ["kv"]');
+});
+
+Deno.test(".dockerignore keeps the store, secrets, history and tests out of the build context", () => {
+  for (
+    const path of ["data/keys.db", ".env", ".git/config", "tests/admin_test.ts"]
+  ) {
+    assert.ok(ignored(path), `${path} would be sent to the Docker build`);
+  }
+});
+
+Deno.test("the HEALTHCHECK command passes while the server runs and fails once it has stopped", async () => {
+  const checks = all("HEALTHCHECK");
+  assert.equal(checks.length, 1);
+  const command = checks[0].match(/\bCMD\s+(\[.*\])\s*$/s);
+  assert.ok(command, "HEALTHCHECK … CMD [exec form]");
+  const words = execForm(command[1]);
+  assert.deepEqual(words.slice(0, 2), ["deno", "eval"]);
+  const path = words[2].match(/\/api\/v1\/[\w/.-]+/)?.[0];
+  assert.ok(path, "the check names a route");
+
+  using dir = tempDir();
+  const server = await startServer(dir.path);
+  const healthCheck = async () => {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: words.slice(1),
+      cwd: dir.path,
+      env: { PORT: String(server.port) },
+      stdout: "null",
+      stderr: "null",
+    }).output();
+    return out.code;
+  };
+  try {
+    const direct = await fetch(`${server.url}${path}`);
+    await direct.body?.cancel();
+    assert.equal(direct.status, 200, `GET ${path}`);
+    assert.equal(await healthCheck(), 0);
+  } finally {
+    await server.stop();
+  }
+  assert.notEqual(await healthCheck(), 0);
 });

@@ -1,0 +1,94 @@
+/**
+ * How the admin console presents things to a person at a terminal: times
+ * relative to now, and colour only where colour can be seen.
+ *
+ * @module
+ */
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+
+/** Larger units first; a month and a year are approximate, as in speech. */
+const UNITS: [name: string, ms: number][] = [
+  ["year", 365 * DAY],
+  ["month", 30 * DAY],
+  ["day", DAY],
+  ["hour", HOUR],
+  ["minute", MINUTE],
+];
+
+/**
+ * An ISO time said relative to now: "just now", "3 days ago", or, for a
+ * clock that ran ahead, "in 2 minutes". Counts round down, so "1 day ago"
+ * is never said of something 23 hours old.
+ */
+export function relativeTime(
+  iso: string,
+  options: { now?: number } = {},
+): string {
+  const at = Date.parse(iso);
+  if (Number.isNaN(at)) return iso;
+  const delta = (options.now ?? Date.now()) - at;
+  const size = Math.abs(delta);
+  for (const [name, ms] of UNITS) {
+    if (size >= ms) {
+      const count = Math.floor(size / ms);
+      const phrase = `${count} ${name}${count === 1 ? "" : "s"}`;
+      return delta >= 0 ? `${phrase} ago` : `in ${phrase}`;
+    }
+  }
+  return "just now";
+}
+
+/** The looks the console uses. */
+export type Tone = "bold" | "dim" | "red" | "yellow";
+
+const SGR: Record<Tone, [on: number, off: number]> = {
+  bold: [1, 22],
+  dim: [2, 22],
+  red: [31, 39],
+  yellow: [33, 39],
+};
+
+/** Wraps text in the ANSI codes of a tone; empty text stays empty. */
+export function paint(text: string, tone: Tone): string {
+  if (text === "") return text;
+  const [on, off] = SGR[tone];
+  return `\x1b[${on}m${text}\x1b[${off}m`;
+}
+
+/** Removes ANSI colour codes, to measure or compare what a person sees. */
+export function stripAnsi(text: string): string {
+  // deno-lint-ignore no-control-regex
+  return text.replace(/\x1b\[[0-9;]*m/g, "");
+}
+
+/**
+ * Whether to colour output to a stream: only a terminal shows colour, and
+ * NO_COLOR (https://no-color.org), when set and not empty, turns it off.
+ */
+export function wantsColour(
+  stream: { isTerminal(): boolean },
+  options: { env: (name: string) => string | undefined },
+): boolean {
+  const noColor = options.env("NO_COLOR");
+  return stream.isTerminal() && (noColor === undefined || noColor === "");
+}
+
+/**
+ * The terminal's width in columns when stdout is a terminal that reports
+ * one; undefined when output goes to a pipe or a file, where lines keep
+ * their full width for whoever reads them.
+ */
+export function terminalColumns(): number | undefined {
+  if (!Deno.stdout.isTerminal()) return undefined;
+  try {
+    const { columns } = Deno.consoleSize();
+    // A pseudo-terminal nobody sized reports 0: treat it as unknown.
+    return columns > 0 ? columns : undefined;
+  } catch {
+    return undefined;
+  }
+}

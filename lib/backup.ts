@@ -1,0 +1,478 @@
+/**
+ * Backup and restore of a store as a file: `keys export` and `keys import`.
+ *
+ * An export is JSON lines: a header naming the format, one line per key
+ * record or audit line as `exportAll()` yields them, and an end line with the
+ * counts, so that an import can tell a complete file from one cut short.
+ *
+ * @module
+ */
+
+import type { AuditEntry, ExportItem, KeyRecord, KeyStore } from "./store.ts";
+import { StoreInputError } from "./store.ts";
+
+/** A backup refused or failed; its message is meant for the admin as is. */
+export class BackupError extends Error {
+  override name = "BackupError";
+  /** True when the command line named the file wrongly (exit code 2). */
+  readonly usage: boolean;
+
+  constructor(message: string, options: { usage?: boolean } = {}) {
+    super(message);
+    this.usage = options.usage ?? false;
+  }
+}
+
+async function writeAll(
+  target: { write(bytes: Uint8Array): Promise<number> },
+  bytes: Uint8Array,
+): Promise<void> {
+  for (let at = 0; at < bytes.length;) {
+    at += await target.write(bytes.subarray(at));
+  }
+}
+
+const EXPORT_FORMAT = "integration-service-keys";
+const EXPORT_VERSION = 1;
+/** No line of an export comes near this; a longer one is not an export. */
+const MAX_LINE_CHARS = 1024 * 1024;
+const PROGRESS_EVERY_MS = 2000;
+
+/** What `export` and `import --json` print. */
+export interface BackupSummary {
+  file: string;
+  keys: number;
+  audit: number;
+  exportedAt: string | null;
+}
+
+export function counted(summary: { keys: number; audit: number }): string {
+  return `${summary.keys} key${
+    summary.keys === 1 ? "" : "s"
+  } and ${summary.audit} audit line${summary.audit === 1 ? "" : "s"}`;
+}
+
+/** A file operation refused or failed, reworded for the admin. */
+function fileProblem(error: unknown, file: string, verb: string): unknown {
+  if (error instanceof Deno.errors.NotCapable) {
+    return new BackupError(
+      `FILE must be under ./data, where the keys task may read and write, not ${
+        JSON.stringify(file)
+      }; use a path such as ./data/backup.jsonl`,
+    );
+  }
+  if (error instanceof Deno.errors.PermissionDenied) {
+    return new BackupError(
+      `${file} cannot be ${verb} by this user (${error.message}); check the owner and mode of ./data`,
+    );
+  }
+  return error;
+}
+
+/** Prints a line on stderr every few seconds while a long backup or restore runs. */
+class Progress {
+  #verb: string;
+  #last = Date.now();
+
+  constructor(verb: string) {
+    this.#verb = verb;
+  }
+
+  tick(counts: { keys: number; audit: number }): void {
+    const now = Date.now();
+    if (now - this.#last < PROGRESS_EVERY_MS) return;
+    this.#last = now;
+    console.error(`${this.#verb} ${counted(counts)} so far…`);
+  }
+}
+
+/** Batches lines into few writes. */
+class LineWriter {
+  #file: Deno.FsFile;
+  #chunks: string[] = [];
+  #size = 0;
+
+  constructor(file: Deno.FsFile) {
+    this.#file = file;
+  }
+
+  async line(text: string): Promise<void> {
+    this.#chunks.push(text, "\n");
+    this.#size += text.length + 1;
+    if (this.#size >= 256 * 1024) await this.flush();
+  }
+
+  async flush(): Promise<void> {
+    const text = this.#chunks.join("");
+    this.#chunks = [];
+    this.#size = 0;
+    await writeAll(this.#file, new TextEncoder().encode(text));
+  }
+}
+
+function splitPath(file: string): { folder: string; base: string } {
+  const slash = Math.max(file.lastIndexOf("/"), file.lastIndexOf("\\"));
+  return slash < 0
+    ? { folder: ".", base: file }
+    : { folder: file.slice(0, slash) || "/", base: file.slice(slash + 1) };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.lstat(path);
+    return true;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
+  }
+}
+
+async function removeQuietly(path: string): Promise<void> {
+  try {
+    await Deno.remove(path);
+  } catch {
+    // Already gone, or unremovable: the error that matters is the caller's.
+  }
+}
+
+function alreadyThere(file: string): BackupError {
+  return new BackupError(
+    `${file} already exists, and an export never overwrites a file; choose a new name or remove it first`,
+  );
+}
+
+/** Exports begun afresh because keys changed meanwhile, before giving up. */
+const EXPORT_ATTEMPTS = 3;
+
+/**
+ * Writes the export to a hidden temporary file beside FILE and gives it its
+ * name only when complete and on disk, so that a crash never leaves half a
+ * backup under the name an admin will restore from.
+ *
+ * The store is read in two passes (keys, then audit) rather than as one
+ * snapshot; the store's revision, which every change moves (but not the
+ * server's last-used times), shows whether anything changed in between, and
+ * if so the export starts again.
+ */
+export async function exportTo(
+  store: KeyStore,
+  file: string,
+  options: { actor: string },
+): Promise<BackupSummary> {
+  const { folder, base } = splitPath(file);
+  if (base === "" || base === "." || base === "..") {
+    throw new BackupError(
+      `FILE must name a file, not ${
+        JSON.stringify(file)
+      }; use a path such as ./data/backup.jsonl`,
+      { usage: true },
+    );
+  }
+  for (let attempt = 1;; attempt++) {
+    const temp = `${folder}/.${base}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+    const before = await store.revision();
+    const summary = await writeExport(store, {
+      file,
+      folder,
+      temp,
+      ...options,
+    });
+    if (await store.revision() === before) {
+      await publish(temp, file);
+      return summary;
+    }
+    await removeQuietly(temp);
+    if (attempt === EXPORT_ATTEMPTS) {
+      throw new BackupError(
+        `Keys changed during each of ${EXPORT_ATTEMPTS} attempts to export; export again when no one is changing keys`,
+      );
+    }
+    console.error("Keys changed during the export; starting again");
+  }
+}
+
+async function writeExport(
+  store: KeyStore,
+  target: { file: string; folder: string; temp: string; actor: string },
+): Promise<BackupSummary> {
+  const { file, folder, temp } = target;
+  let handle: Deno.FsFile;
+  try {
+    if (await exists(file)) throw alreadyThere(file);
+    // 0600: the export names every integrator and holds every hash.
+    handle = await Deno.open(temp, {
+      createNew: true,
+      write: true,
+      mode: 0o600,
+    });
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) {
+      throw new BackupError(
+        `The folder ${folder} of FILE does not exist; create it or use a path such as ./data/backup.jsonl`,
+      );
+    }
+    throw fileProblem(error, file, "written");
+  }
+  const summary: BackupSummary = {
+    file,
+    keys: 0,
+    audit: 0,
+    exportedAt: new Date().toISOString(),
+  };
+  try {
+    const writer = new LineWriter(handle);
+    await writer.line(JSON.stringify({
+      format: EXPORT_FORMAT,
+      version: EXPORT_VERSION,
+      exportedAt: summary.exportedAt,
+      exportedBy: target.actor,
+    }));
+    const progress = new Progress("Exported");
+    for await (const item of store.exportAll()) {
+      await writer.line(JSON.stringify(item));
+      if (item.type === "key") summary.keys++;
+      else summary.audit++;
+      progress.tick(summary);
+    }
+    await writer.line(
+      JSON.stringify({ type: "end", keys: summary.keys, audit: summary.audit }),
+    );
+    await writer.flush();
+    // The bytes reach the disk before the name does.
+    await handle.sync();
+  } catch (error) {
+    handle.close();
+    await removeQuietly(temp);
+    throw fileProblem(error, file, "written");
+  }
+  handle.close();
+  return summary;
+}
+
+async function publish(temp: string, file: string): Promise<void> {
+  try {
+    // Unlike rename(), link() fails when the name is taken, even by a file
+    // created during the export: an export never overwrites anything.
+    await Deno.link(temp, file);
+  } catch (error) {
+    if (error instanceof Deno.errors.AlreadyExists) {
+      await removeQuietly(temp);
+      throw alreadyThere(file);
+    }
+    if (error instanceof Deno.errors.NotCapable) {
+      await removeQuietly(temp);
+      throw fileProblem(error, file, "written");
+    }
+    // A file system without hard links: check, then rename.
+    if (await exists(file)) {
+      await removeQuietly(temp);
+      throw alreadyThere(file);
+    }
+    await Deno.rename(temp, file);
+    return;
+  }
+  await removeQuietly(temp);
+}
+
+/**
+ * Streams an export file line by line into `importAll()`, and words every
+ * problem with the number of the line it is on.
+ */
+export async function importFrom(
+  store: KeyStore,
+  file: string,
+  options: { actor: string },
+): Promise<BackupSummary> {
+  let handle: Deno.FsFile;
+  try {
+    handle = await Deno.open(file, { read: true });
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) {
+      throw new BackupError(
+        `${file} does not exist; give the path of a file written by "keys export", such as ./data/backup.jsonl`,
+      );
+    }
+    throw fileProblem(error, file, "read");
+  }
+  using _ = handle;
+  const reader = new ExportReader(file, handle);
+  try {
+    const counts = await store.importAll(reader.items(), options);
+    return {
+      file,
+      keys: counts.keys,
+      audit: counts.audit,
+      exportedAt: reader.exportedAt,
+    };
+  } catch (error) {
+    throw reader.locate(error);
+  }
+}
+
+class ExportReader {
+  #file: string;
+  #handle: Deno.FsFile;
+  /** The line being handled; 0 before the first. */
+  #line = 0;
+  #done = false;
+  exportedAt: string | null = null;
+
+  constructor(file: string, handle: Deno.FsFile) {
+    this.#file = file;
+    this.#handle = handle;
+  }
+
+  /**
+   * The store checks each record as it takes it, while this reader is still
+   * on its line: such an error gets the line number added.
+   */
+  locate(error: unknown): unknown {
+    if (
+      error instanceof StoreInputError && this.#line > 0 && !this.#done
+    ) {
+      const message = error.message[0].toLowerCase() + error.message.slice(1);
+      return new BackupError(
+        `Line ${this.#line} of ${this.#file}: ${message}`,
+      );
+    }
+    return error;
+  }
+
+  #problem(what: string, fix = "fix the line or export again"): BackupError {
+    return new BackupError(
+      `Line ${this.#line} of ${this.#file} ${what}; ${fix}`,
+    );
+  }
+
+  async *items(): AsyncGenerator<ExportItem> {
+    const progress = new Progress("Imported");
+    const seen = { keys: 0, audit: 0 };
+    let end: { keys: number; audit: number } | null = null;
+    for await (const text of this.#lines()) {
+      if (this.#line === 1) {
+        this.#header(text);
+        continue;
+      }
+      if (text.trim() === "") continue;
+      if (end !== null) {
+        throw this.#problem(
+          "follows the end line",
+          "remove what follows it, or export again",
+        );
+      }
+      const value = this.#parse(text);
+      if (value.type === "key" && isObject(value.record)) {
+        seen.keys++;
+        yield { type: "key", record: value.record as unknown as KeyRecord };
+      } else if (value.type === "audit" && isObject(value.entry)) {
+        seen.audit++;
+        yield { type: "audit", entry: value.entry as unknown as AuditEntry };
+      } else if (
+        value.type === "end" && Number.isSafeInteger(value.keys) &&
+        Number.isSafeInteger(value.audit)
+      ) {
+        end = { keys: value.keys as number, audit: value.audit as number };
+      } else {
+        throw this.#problem("is neither a key, an audit line nor the end line");
+      }
+      progress.tick(seen);
+    }
+    this.#done = true;
+    if (this.#line === 0) {
+      throw new BackupError(
+        `${this.#file} is empty; give a file written by "keys export"`,
+      );
+    }
+    if (end === null) {
+      throw new BackupError(
+        `${this.#file} ends at line ${this.#line} without its end line, so it was cut short; copy it again or export again`,
+      );
+    }
+    if (end.keys !== seen.keys || end.audit !== seen.audit) {
+      throw new BackupError(
+        `The end line of ${this.#file} counts ${
+          counted(end)
+        }, but the file holds ${counted(seen)}; export again`,
+      );
+    }
+  }
+
+  #header(text: string): void {
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      // reported below, like any other line that is not a header
+    }
+    if (!isObject(value) || value.format !== EXPORT_FORMAT) {
+      throw this.#problem(
+        "is not the header of a keys export",
+        'give a file written by "keys export"',
+      );
+    }
+    if (value.version !== EXPORT_VERSION) {
+      throw this.#problem(
+        `says export version ${
+          JSON.stringify(value.version)
+        }, and this console reads version ${EXPORT_VERSION}`,
+        "import it with the version of the service that exported it",
+      );
+    }
+    this.exportedAt = typeof value.exportedAt === "string"
+      ? value.exportedAt
+      : null;
+  }
+
+  #parse(text: string): Record<string, unknown> {
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      throw this.#problem("is not valid JSON");
+    }
+    if (!isObject(value)) throw this.#problem("is not a JSON object");
+    return value;
+  }
+
+  /** The file's lines, without line ends; sets the current line number. */
+  async *#lines(): AsyncGenerator<string> {
+    const decoder = new TextDecoder("utf-8", { fatal: true });
+    const buffer = new Uint8Array(64 * 1024);
+    let rest = "";
+    for (;;) {
+      const n = await this.#handle.read(buffer);
+      let text: string;
+      try {
+        text = decoder.decode(n === null ? undefined : buffer.subarray(0, n), {
+          stream: n !== null,
+        });
+      } catch {
+        this.#line++;
+        throw this.#problem(
+          "is not UTF-8 text",
+          'give a file written by "keys export"',
+        );
+      }
+      const parts = (rest + text).split("\n");
+      rest = parts.pop()!;
+      // The last line may lack its newline; the empty piece after a final one is no line.
+      if (n === null && rest !== "") parts.push(rest);
+      for (const part of parts) {
+        this.#line++;
+        yield part.endsWith("\r") ? part.slice(0, -1) : part;
+      }
+      if (n === null) return;
+      if (rest.length > MAX_LINE_CHARS) {
+        this.#line++;
+        throw this.#problem(
+          "is longer than 1 MiB, which no line of an export is",
+          'give a file written by "keys export"',
+        );
+      }
+    }
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
