@@ -17,6 +17,7 @@ import type { RequestLogLine } from "./log.ts";
 import { LockoutTracker } from "./lockout.ts";
 import openapi from "../openapi.json" with { type: "json" };
 import { type KeyStore, StoreUnavailableError } from "./store.ts";
+import { annotateRequest, countOutcome } from "./telemetry.ts";
 
 /** The connection-check route of spec section 4.1. */
 export const CONNECTION_PATH = "/api/v1/integration/connection";
@@ -28,6 +29,13 @@ export const READY_PATH = "/api/v1/health/ready";
 export const OPENAPI_PATH = "/api/v1/openapi.json";
 
 const OPENAPI_BODY = JSON.stringify(openapi);
+const ROUTES = new Set([CONNECTION_PATH, LIVE_PATH, READY_PATH, OPENAPI_PATH]);
+
+/** What a request turned out to be, for its log line and its span. */
+interface Seen {
+  route?: string;
+  apiKeyId?: number;
+}
 
 /** A `Deno.serve` handler. */
 export type Handler = (
@@ -103,7 +111,7 @@ export function createHandler(
     request: Request,
     query: string,
     client: string,
-    seen: { apiKeyId?: number },
+    seen: Seen,
   ): Promise<Response> {
     if (request.method === "OPTIONS") return options204();
     if (request.method !== "GET" && request.method !== "HEAD") {
@@ -112,6 +120,7 @@ export function createHandler(
     // Before any hashing or store read: a locked client costs almost nothing.
     const wait = lockout.retryAfter(lockoutKey(client));
     if (wait > 0) {
+      countOutcome("locked_out");
       return json(429, {
         error: "locked_out",
         message:
@@ -120,6 +129,7 @@ export function createHandler(
     }
     if (query !== "" && carriesCredential(query)) {
       await noteExposure(query, client);
+      countOutcome("url_exposed");
       return json(400, {
         error: "key_in_url",
         message:
@@ -130,6 +140,7 @@ export function createHandler(
       request.headers.get(API_KEY_HEADER),
     );
     if (!result.ok) {
+      countOutcome(result.reason === "revoked" ? "revoked" : "invalid");
       const lock = lockout.fail(lockoutKey(client));
       if (lock) {
         log?.({
@@ -141,6 +152,7 @@ export function createHandler(
       }
       return unauthorized();
     }
+    countOutcome("ok");
     seen.apiKeyId = result.record.id;
     const at = now();
     lastUsed?.used(result.record.id, at.getTime());
@@ -181,8 +193,9 @@ export function createHandler(
     path: string,
     query: string,
     client: string,
-    seen: { apiKeyId?: number },
+    seen: Seen,
   ): Promise<Response> {
+    if (ROUTES.has(path)) seen.route = path;
     switch (path) {
       case CONNECTION_PATH:
         return await connection(request, query, client, seen);
@@ -201,7 +214,7 @@ export function createHandler(
     const started = performance.now();
     const { path, query } = splitTarget(request.url);
     const client = clientAddress(request, info, { trustProxyHops: hops });
-    const seen: { apiKeyId?: number } = {};
+    const seen: Seen = {};
     let response: Response;
     try {
       response = await route(request, path, query, client, seen);
@@ -221,6 +234,7 @@ export function createHandler(
         });
       }
     }
+    annotateRequest(seen);
     if (logRequest) {
       const line: RequestLogLine = {
         requestId: nextRequestId(),

@@ -1,0 +1,56 @@
+/**
+ * OpenTelemetry, through Deno's built-in integration (`OTEL_DENO=true`):
+ * Deno.serve already opens a span per request and exports runtime metrics;
+ * this module adds what only the service knows, and takes out what must
+ * never leave it.
+ *
+ * - Each request span gets `http.route` and, when authenticated, the key id
+ *   (`integration.api_key.id`): never the key, never the query string.
+ * - `integration.auth.outcomes` counts authentication outcomes by `outcome`.
+ *
+ * A limit of Deno 2.9 that no code here can lift: the span Deno.serve opens
+ * records `url.full` and `url.query` with the raw query string before the
+ * handler runs, and attributes cannot be removed afterwards (setting them
+ * again only adds a second value). So a key someone pasted into a URL, which
+ * the service refuses and marks exposed, reaches the collector on that span.
+ * The README gives the collector rule that strips both attributes.
+ *
+ * Without OTEL_DENO, the API's no-op providers make all of this nearly free.
+ *
+ * @module
+ */
+
+import { metrics, trace } from "@opentelemetry/api";
+
+/** The outcomes counted, one per answer of the connection route. */
+export type AuthOutcome =
+  | "ok"
+  | "invalid"
+  | "revoked"
+  | "locked_out"
+  | "url_exposed";
+
+const outcomes = metrics.getMeter("integration-service").createCounter(
+  "integration.auth.outcomes",
+  {
+    description:
+      "Authentication outcomes of the connection check: ok, invalid, revoked, locked_out, url_exposed",
+  },
+);
+
+/** Counts one authentication outcome. */
+export function countOutcome(outcome: AuthOutcome): void {
+  outcomes.add(1, { outcome });
+}
+
+/** Adds the route and, when authenticated, the key id to the request's span. */
+export function annotateRequest(
+  fields: { route?: string; apiKeyId?: number },
+): void {
+  const span = trace.getActiveSpan();
+  if (span === undefined) return;
+  if (fields.route !== undefined) span.setAttribute("http.route", fields.route);
+  if (fields.apiKeyId !== undefined) {
+    span.setAttribute("integration.api_key.id", fields.apiKeyId);
+  }
+}
