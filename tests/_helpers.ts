@@ -4,6 +4,7 @@
  */
 
 import assert from "node:assert/strict";
+import { validateResponse } from "../lib/openapi_validator.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const DENO_JSON = JSON.parse(
@@ -163,12 +164,59 @@ export async function startServer(
   };
 }
 
+/**
+ * fetch() for the service: every answer is validated against openapi.json
+ * (throwing on any breach) and handed back as an equivalent Response. The
+ * suite receives its responses through here, so the document cannot drift
+ * from what the service really answers.
+ */
+export async function request(
+  url: string,
+  init: RequestInit & { client?: Deno.HttpClient } = {},
+): Promise<Response> {
+  const response = await fetch(url, init);
+  const body = await response.text();
+  const method = init.method ?? "GET";
+  validateResponse({ method, path: new URL(url).pathname }, {
+    status: response.status,
+    headers: response.headers,
+    body,
+  });
+  const empty = method === "HEAD" || [204, 304].includes(response.status);
+  return new Response(empty ? null : body, {
+    status: response.status,
+    headers: response.headers,
+  });
+}
+
+/** Validates a response the handler returned directly, as `request()` does. */
+export async function validated(
+  request: Request,
+  response: Response,
+): Promise<Response> {
+  const body = await response.text();
+  validateResponse({
+    method: request.method,
+    path: new URL(request.url).pathname,
+  }, {
+    status: response.status,
+    headers: response.headers,
+    body,
+  });
+  const empty = request.method === "HEAD" ||
+    [204, 304].includes(response.status);
+  return new Response(empty ? null : body, {
+    status: response.status,
+    headers: response.headers,
+  });
+}
+
 /** GETs the connection route with a key; returns status, headers and body. */
 export async function check(
   url: string,
   key?: string,
 ): Promise<{ status: number; headers: Headers; body: string }> {
-  const response = await fetch(`${url}/api/v1/integration/connection`, {
+  const response = await request(`${url}/api/v1/integration/connection`, {
     headers: key === undefined ? {} : { "X-API-Key": key },
   });
   return {

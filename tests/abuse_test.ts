@@ -9,6 +9,7 @@ import {
   createKey,
   keys,
   rawStatus,
+  request,
   runTask,
   startServer,
   tempDir,
@@ -53,7 +54,7 @@ Deno.test("X-Forwarded-For is ignored unless TRUST_PROXY_HOPS is set, so nobody 
       LOCKOUT_MAX_FAILURES: "3",
     });
     const forge = (xff: string, k: string) =>
-      fetch(`${server.url}${ROUTE}`, {
+      request(`${server.url}${ROUTE}`, {
         headers: { "X-API-Key": k, "X-Forwarded-For": xff },
       });
     // The forged addresses all differ, yet the real peer is one client: it gets locked.
@@ -70,7 +71,7 @@ Deno.test("X-Forwarded-For is ignored unless TRUST_PROXY_HOPS is set, so nobody 
       TRUST_PROXY_HOPS: "1",
     });
     const via = (xff: string, k: string) =>
-      fetch(`${server.url}${ROUTE}`, {
+      request(`${server.url}${ROUTE}`, {
         headers: { "X-API-Key": k, "X-Forwarded-For": xff },
       });
     for (let i = 0; i < 3; i++) {
@@ -104,7 +105,7 @@ Deno.test("a key in the URL is refused with 400, never authenticated, and shows 
     `?${leaked.key}`,
   ];
   for (const query of cases) {
-    const response = await fetch(`${server.url}${ROUTE}${query}`, {
+    const response = await request(`${server.url}${ROUTE}${query}`, {
       headers: { "X-API-Key": other.key },
     });
     assert.equal(response.status, 400, query.slice(0, 12));
@@ -113,7 +114,7 @@ Deno.test("a key in the URL is refused with 400, never authenticated, and shows 
     assert.match(body.message, /X-API-Key header/);
   }
   // A harmless query string does not get in the way.
-  const harmless = await fetch(`${server.url}${ROUTE}?verbose=1`, {
+  const harmless = await request(`${server.url}${ROUTE}?verbose=1`, {
     headers: { "X-API-Key": other.key },
   });
   await harmless.body?.cancel();
@@ -394,7 +395,7 @@ Deno.test("every response carries nosniff and no-store and no header that names 
   ];
   const statuses = new Set<number>();
   for (const [path, init] of requests) {
-    const response = await fetch(`${server.url}${path}`, init);
+    const response = await request(`${server.url}${path}`, init);
     await response.body?.cancel();
     statuses.add(response.status);
     assert.equal(
@@ -415,7 +416,7 @@ Deno.test("the health probes answer without a key and reveal nothing", async () 
   using dir = tempDir();
   await using server = await startServer(dir.path);
   for (const path of ["/api/v1/health/live", "/api/v1/health/ready"]) {
-    const response = await fetch(`${server.url}${path}`);
+    const response = await request(`${server.url}${path}`);
     assert.equal(response.status, 200);
     assert.deepEqual(await response.json(), { status: "ok" });
   }
@@ -434,7 +435,7 @@ Deno.test("the server logs one JSON line per request and never a key, the X-API-
   const keysUsed = [valid.key, revoked.key, leaked.key, forged];
   let sent = 0;
   const call = async (path: string, key?: string) => {
-    const response = await fetch(`${server.url}${path}`, {
+    const response = await request(`${server.url}${path}`, {
       headers: key ? { "X-API-Key": key } : {},
     });
     await response.body?.cancel();
@@ -491,7 +492,7 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
     const inFlight = Array.from(
       { length: 40 },
       () =>
-        fetch(`${server.url}${ROUTE}`, { headers: { "X-API-Key": key } })
+        request(`${server.url}${ROUTE}`, { headers: { "X-API-Key": key } })
           .then(async (r) => (await r.body?.cancel(), r.status))
           .catch(() => "refused"),
     );
@@ -589,7 +590,7 @@ Deno.test("TLS_CERT_FILE and TLS_KEY_FILE make the server speak HTTPS", async ()
   using client = Deno.createHttpClient({
     caCerts: [await Deno.readTextFile(`${tls}/ca.pem`)],
   });
-  const response = await fetch(`https://localhost:${server.port}${ROUTE}`, {
+  const response = await request(`https://localhost:${server.port}${ROUTE}`, {
     client,
     headers: { "X-API-Key": key },
   });

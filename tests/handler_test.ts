@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
 import { CONNECTION_PATH, createHandler } from "../lib/handler.ts";
 import { openKvStore } from "../lib/kv_store.ts";
+import { validated } from "./_helpers.ts";
 
 const INFO = {
   remoteAddr: { transport: "tcp", hostname: "192.0.2.10", port: 40000 },
@@ -26,12 +27,14 @@ async function setup() {
   const handler = createHandler(store, {
     now: () => new Date("2026-11-21T08:00:00.123Z"),
   });
-  const get = (
+  const get = async (
     headers: Record<string, string> = {},
     path = CONNECTION_PATH,
     method = "GET",
-  ) =>
-    handler(new Request(`http://localhost${path}`, { method, headers }), INFO);
+  ) => {
+    const request = new Request(`http://localhost${path}`, { method, headers });
+    return await validated(request, await handler(request, INFO));
+  };
   return {
     store,
     handler,

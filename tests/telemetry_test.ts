@@ -4,7 +4,14 @@
  */
 
 import assert from "node:assert/strict";
-import { check, createKey, keys, startServer, tempDir } from "./_helpers.ts";
+import {
+  check,
+  createKey,
+  keys,
+  request,
+  startServer,
+  tempDir,
+} from "./_helpers.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
@@ -25,7 +32,7 @@ Deno.test("with OTEL_DENO=true, spans carry http.route and the key id, counters 
   try {
     assert.equal((await check(server.url, valid.key)).status, 200);
     assert.equal((await check(server.url, revoked.key)).status, 401);
-    const inUrl = await fetch(`${server.url}${ROUTE}?api_key=${leaked.key}`);
+    const inUrl = await request(`${server.url}${ROUTE}?api_key=${leaked.key}`);
     await inUrl.body?.cancel();
     assert.equal(inUrl.status, 400);
     assert.equal((await check(server.url, "not-a-key")).status, 401);
