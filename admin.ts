@@ -565,10 +565,20 @@ class Output {
     const bytes = this.#encoder.encode(this.#chunks.join(""));
     this.#chunks = [];
     this.#size = 0;
-    for (let at = 0; at < bytes.length;) {
-      at += Deno.stdout.writeSync(bytes.subarray(at));
+    if (this.#closed) return;
+    try {
+      for (let at = 0; at < bytes.length;) {
+        at += Deno.stdout.writeSync(bytes.subarray(at));
+      }
+    } catch (error) {
+      // The reader went away (`keys list | head`): it wants no more, which
+      // is no failure of the command.
+      if (!(error instanceof Deno.errors.BrokenPipe)) throw error;
+      this.#closed = true;
     }
   }
+
+  #closed = false;
 }
 
 function mainHelp(): string {

@@ -569,3 +569,21 @@ Deno.test({
     assert.ok(!again.stdout.includes("[y/N]"), again.stdout);
   },
 });
+
+Deno.test("a reader that stops early (keys list | head) ends the listing quietly", async () => {
+  using dir = tempDir();
+  await createKey(dir.path, "berlin");
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [...taskArgs("keys"), "list", "--json"],
+    cwd: dir.path,
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  await child.stdout.cancel(); // like head -c 0: gone before the first byte
+  const status = await child.status;
+  const stderr = new TextDecoder().decode(
+    (await new Response(child.stderr).arrayBuffer()) as ArrayBuffer,
+  );
+  assert.equal(status.code, 0, stderr);
+  assert.doesNotMatch(stderr, /BrokenPipe|Uncaught/);
+});
