@@ -12,13 +12,22 @@
  * on (drained through a pipe, as a log collector would), lock-out on with a
  * threshold out of reach, so rows (c) to (e) measure refusals, not 429s.
  *
+ * The store is a Deno KV file by default. With BENCH_DATABASE_URL set to a
+ * PostgreSQL server (on 127.0.0.1: the task may reach no other host), each
+ * store size gets a fresh database on it, dropped afterwards, and the server
+ * runs with DATABASE_URL; the user in the URL must be allowed to create
+ * databases.
+ *
  * Environment: BENCH_SECONDS (5 per row), BENCH_SIZES ("1,10000,100000"),
- * BENCH_CONNECTIONS ("1,32,128"), BENCH_OUTPUT (bench/results.md).
+ * BENCH_CONNECTIONS ("1,32,128"), BENCH_DATABASE_URL (unset: Deno KV),
+ * BENCH_OUTPUT (bench/results.md, or bench/results_postgres.md on PostgreSQL).
  *
  * @module
  */
 
 import { generateApiKey } from "../lib/api_key.ts";
+import type { StoreLocation } from "../lib/config.ts";
+import type postgres from "postgres";
 import { openStore } from "../lib/store.ts";
 import type { ExportItem, KeyRecord } from "../lib/store.ts";
 import { startServer, tempDir } from "../tests/_helpers.ts";
@@ -30,9 +39,92 @@ const SIZES = (Deno.env.get("BENCH_SIZES") ?? "1,10000,100000").split(",").map(
 );
 const CONNECTIONS = (Deno.env.get("BENCH_CONNECTIONS") ?? "1,32,128").split(",")
   .map(Number);
+const DATABASE_URL = Deno.env.get("BENCH_DATABASE_URL") || undefined;
 const OUTPUT = Deno.env.get("BENCH_OUTPUT") ??
-  new URL("./results.md", import.meta.url).pathname;
+  new URL(
+    DATABASE_URL === undefined ? "./results.md" : "./results_postgres.md",
+    import.meta.url,
+  ).pathname;
 const ROUTE = "/api/v1/integration/connection";
+
+/** An empty store for one block of rows, and how the server reaches it. */
+interface BenchStore extends AsyncDisposable {
+  /** Where the bench fills it. */
+  location: StoreLocation;
+  /** What the server's environment needs to use it. */
+  env: Record<string, string>;
+}
+
+/** The kind of store measured: a Deno KV file, or PostgreSQL. */
+interface StoreKind {
+  /** Heading of the results file. */
+  title: string;
+  /** Said of the store in the results file. */
+  describe(): Promise<string>;
+  /** A new empty store; `dir` is the server's working folder. */
+  create(dir: string): Promise<BenchStore>;
+}
+
+/** The default: the KV file where the start task keeps it, ./data/keys.db. */
+const kvKind: StoreKind = {
+  title: "Benchmark results",
+  describe: () => Promise.resolve("store: Deno KV file"),
+  create: (dir) =>
+    Promise.resolve({
+      location: { kind: "kv", path: `${dir}/data/keys.db` },
+      env: {},
+      // The file goes with the temporary folder.
+      async [Symbol.asyncDispose]() {},
+    }),
+};
+
+/** A fresh database per block on the server named by `serverUrl`, dropped afterwards. */
+function postgresKind(serverUrl: string): StoreKind {
+  const onServer = async <T>(
+    work: (sql: postgres.Sql) => Promise<T>,
+  ): Promise<T> => {
+    // Loaded only here, so that the KV benchmark never loads the driver.
+    const { default: connect } = await import("postgres");
+    const sql = connect(serverUrl, { max: 1, onnotice: () => {} });
+    try {
+      return await work(sql);
+    } finally {
+      await sql.end();
+    }
+  };
+  return {
+    title: "Benchmark results on PostgreSQL",
+    describe: () =>
+      onServer(async (sql) => {
+        const [row] = await sql.unsafe(
+          "SELECT current_setting('server_version') AS version, current_setting('fsync') AS fsync",
+        );
+        return `store: PostgreSQL ${row.version} on ${
+          new URL(serverUrl).host
+        } (fsync ${row.fsync}), one fresh database per store size`;
+      }),
+    async create() {
+      const name = `keys_bench_${crypto.randomUUID().replaceAll("-", "")}`;
+      await onServer((sql) => sql.unsafe(`CREATE DATABASE ${name}`));
+      const url = new URL(serverUrl);
+      url.pathname = `/${name}`;
+      return {
+        location: { kind: "postgres", url: url.href },
+        env: { DATABASE_URL: url.href },
+        async [Symbol.asyncDispose]() {
+          // FORCE: a server that did not stop cleanly may hold a connection.
+          await onServer((sql) =>
+            sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+          );
+        },
+      };
+    },
+  };
+}
+
+const STORE: StoreKind = DATABASE_URL === undefined
+  ? kvKind
+  : postgresKind(DATABASE_URL);
 
 interface Row {
   keys: number;
@@ -76,7 +168,7 @@ async function wrk(
 
 /** A store of `size` keys built with the store's own bulk import; returns the keys the rows use. */
 async function prepare(
-  dir: string,
+  location: StoreLocation,
   size: number,
 ): Promise<{ valid: string; revoked: string }> {
   const valid = generateApiKey();
@@ -108,7 +200,7 @@ async function prepare(
       if (id % 20_000 === 0) console.error(`  … ${id} keys`);
     }
   }
-  const store = await openStore({ kind: "kv", path: `${dir}/data/keys.db` });
+  const store = await openStore(location);
   try {
     await store.importAll(items(), { actor: "bench" });
     if (size === 1) {
@@ -162,11 +254,13 @@ async function main(): Promise<number> {
     await new Promise((r) => setTimeout(r, 1000));
     for (const size of SIZES) {
       using dir = tempDir();
+      // Declared before the server, so that it is dropped after the server stops.
+      await using store = await STORE.create(dir.path);
       console.error(`Preparing a store of ${size} keys …`);
-      const { valid, revoked } = await prepare(dir.path, size);
+      const { valid, revoked } = await prepare(store.location, size);
       await using server = await startServer(
         dir.path,
-        { LOCKOUT_MAX_FAILURES: "1000000000" },
+        { LOCKOUT_MAX_FAILURES: "1000000000", ...store.env },
         "start",
         { keepOutput: false },
       );
@@ -207,11 +301,12 @@ async function main(): Promise<number> {
       r.scenario.startsWith("(a)")
     )!.rps;
   const lines = [
-    `# Benchmark results`,
+    `# ${STORE.title}`,
     "",
     `${
       new Date().toISOString().slice(0, 10)
-    }, ${await machine()}; wrk -t1, ${SECONDS} s per row after a warm-up run; server from the start task with the request log on and lock-out on.`,
+    }, ${await machine()}; wrk -t1, ${SECONDS} s per row after a warm-up run; server from the start task with the request log on and lock-out on; ${await STORE
+      .describe()}.`,
     "",
     "| keys in store | scenario | connections | requests/s | vs bare | p50 ms | p99 ms | socket errors |",
     "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
