@@ -142,6 +142,11 @@ Deno.test("the compile task grants main.ts the start task's permissions, with KV
   assert.equal(compile.entrypoint, start.entrypoint);
   assert.deepEqual(compile.scriptArgs, []);
   assert.ok(compile.flags.includes("--unstable-kv"), "--unstable-kv");
+  // The V8 settings that hold memory under load are measured for start.
+  const v8 = (c: DenoCommand) =>
+    c.flags.filter((f) => f.startsWith("--v8-flags"));
+  assert.deepEqual(v8(compile), v8(start));
+  assert.ok(v8(start).length > 0, "the start task sets its V8 flags");
   assert.ok(
     compile.flags.includes("--output=dist/integration-service"),
     compile.flags.join(" "),
