@@ -30,7 +30,7 @@ import type { StoreLocation } from "../lib/config.ts";
 import type postgres from "postgres";
 import { openStore } from "../lib/store.ts";
 import type { ExportItem, KeyRecord } from "../lib/store.ts";
-import { startServer, tempDir } from "../tests/_helpers.ts";
+import { startServer, taskArgs, tempDir } from "../tests/_helpers.ts";
 import { rssBytes } from "./soak.ts";
 
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
@@ -239,6 +239,7 @@ const fmt = (n: number, digits = 2) =>
 async function main(): Promise<number> {
   const rows: Row[] = [];
   const peaks = new Map<number, number>();
+  let consoleLines: string[] = [];
   const bare = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -289,6 +290,9 @@ async function main(): Promise<number> {
       }
       clearInterval(sampler);
       peaks.set(size, peak);
+      if (size === Math.max(...SIZES)) {
+        consoleLines = await consoleAtScale(dir.path, size, store.env);
+      }
     }
   } finally {
     bare.kill();
@@ -324,6 +328,7 @@ async function main(): Promise<number> {
       ).join(", ")
     }.`,
     "",
+    ...consoleLines,
     ...targets(rows, bareOf, peaks),
   ];
   const report = lines.join("\n") + "\n";
@@ -331,6 +336,66 @@ async function main(): Promise<number> {
   await Deno.writeTextFile(OUTPUT, report);
   console.error(`Written to ${OUTPUT}`);
   return 0;
+}
+
+/**
+ * The console as an admin meets it at scale: `keys create` end to end, and
+ * `keys list` of the whole store, to its first line and to its last.
+ */
+async function consoleAtScale(
+  cwd: string,
+  size: number,
+  env: Record<string, string>,
+): Promise<string[]> {
+  const keysTask = (args: string[]) =>
+    new Deno.Command(Deno.execPath(), {
+      args: [...taskArgs("keys"), ...args],
+      cwd,
+      env,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "null",
+    });
+  const creates: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    const started = performance.now();
+    const out = await keysTask([
+      "create",
+      "--name",
+      `timed-${i}`,
+      "--email",
+      "t@example.com",
+    ]).output();
+    if (out.code !== 0) throw new Error("keys create failed in the benchmark");
+    creates.push(performance.now() - started);
+  }
+  creates.sort((a, b) => a - b);
+  const started = performance.now();
+  const child = keysTask(["list"]).spawn();
+  let firstLine = 0;
+  let lines = 0;
+  for await (const chunk of child.stdout) {
+    if (firstLine === 0) firstLine = performance.now() - started;
+    for (const byte of chunk) if (byte === 10) lines++;
+  }
+  await child.status;
+  const total = performance.now() - started;
+  return [
+    "## The console at scale",
+    "",
+    "| command | time |",
+    "| --- | --- |",
+    `| \`keys create\` end to end (median of 5, process start included) | ${
+      fmt(creates[2], 0)
+    } ms |`,
+    `| \`keys list\` of ${size + 5} keys: first line | ${
+      fmt(firstLine, 0)
+    } ms |`,
+    `| \`keys list\` of ${size + 5} keys: all ${lines} lines | ${
+      fmt(total / 1000, 1)
+    } s |`,
+    "",
+  ];
 }
 
 /** The issue's targets, each with the measured value and whether it holds. */
