@@ -91,6 +91,42 @@ export async function createKey(
   return { id, key };
 }
 
+/** The keys of {@linkcode sampleInstallation}, by what became of them. */
+export interface SampleInstallation {
+  valid: string;
+  revoked: string;
+  rotatedOld: string;
+  rotatedNew: string;
+}
+
+/**
+ * An installation made with the console as an admin would: ids 1-3 created,
+ * 2 revoked, 3 rotated into 4. Keys: berlin-erp (ops@), hamburg-erp (it@),
+ * munich-erp (edv@example.com).
+ */
+export async function sampleInstallation(
+  cwd: string,
+  env: Record<string, string> = {},
+): Promise<SampleInstallation> {
+  const valid = await createKey(cwd, "berlin-erp", "ops@example.com", env);
+  const revoked = await createKey(cwd, "hamburg-erp", "it@example.com", env);
+  const rotated = await createKey(cwd, "munich-erp", "edv@example.com", env);
+  const revoke = await keys(
+    cwd,
+    ["revoke", "hamburg-erp", "--reason", "machine decommissioned"],
+    env,
+  );
+  assert.equal(revoke.code, 0, revoke.stderr);
+  const rotate = await keys(cwd, ["rotate", "munich-erp", "--json"], env);
+  assert.equal(rotate.code, 0, rotate.stderr);
+  return {
+    valid: valid.key,
+    revoked: revoked.key,
+    rotatedOld: rotated.key,
+    rotatedNew: JSON.parse(rotate.stdout).key,
+  };
+}
+
 /** A server started from the `start` task, listening on a free port. */
 export interface ServerProcess extends AsyncDisposable {
   /** `http://127.0.0.1:PORT` */

@@ -9,6 +9,7 @@ import {
   KeyNotFoundError,
   type KeyRecord,
   type KeyStore,
+  newRecord,
   StoreInputError,
 } from "../lib/store.ts";
 
@@ -314,16 +315,7 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
         (async function* () {
           yield {
             type: "key" as const,
-            record: {
-              ...other,
-              status: "valid" as const,
-              createdAt: new Date().toISOString(),
-              revokedAt: null,
-              revokedReason: null,
-              exposedAt: null,
-              exposedFrom: null,
-              lastUsedAt: null,
-            },
+            record: newRecord(other.id, other, new Date()),
           };
         })(),
         { actor: ACTOR },
@@ -334,17 +326,7 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
   });
 
   test("importAll() of a broken export leaves the store empty and usable", async (store) => {
-    const good = {
-      ...input("a"),
-      id: 1,
-      status: "valid" as const,
-      createdAt: new Date().toISOString(),
-      revokedAt: null,
-      revokedReason: null,
-      exposedAt: null,
-      exposedFrom: null,
-      lastUsedAt: null,
-    };
+    const good = newRecord(1, input("a"), new Date());
     await assert.rejects(
       store.importAll(
         (async function* () {

@@ -1,6 +1,7 @@
 /** The admin console as an administrator meets it: every command, every error path. */
 
 import assert from "node:assert/strict";
+import { newRecord } from "../lib/store.ts";
 import {
   createKey,
   keys,
@@ -292,21 +293,13 @@ function keyRecord(
   id: number,
   fields: Record<string, unknown> = {},
 ): Record<string, unknown> {
-  return {
-    id,
+  const record = newRecord(id, {
     name: `site-${id}`,
     email: `site-${id}@example.com`,
-    status: "valid",
     hash: id.toString(16).padStart(64, "0"),
     hint: "isk_…abcd",
-    createdAt: new Date().toISOString(),
-    revokedAt: null,
-    revokedReason: null,
-    exposedAt: null,
-    exposedFrom: null,
-    lastUsedAt: null,
-    ...fields,
-  };
+  }, new Date());
+  return { ...record, ...fields };
 }
 
 /** Fills a fresh store with records whose times lie in the past. */

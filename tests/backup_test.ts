@@ -1,7 +1,14 @@
 /** Backup and restore with `keys export` and `keys import`, as an administrator moves an installation. */
 
 import assert from "node:assert/strict";
-import { check, createKey, keys, startServer, tempDir } from "./_helpers.ts";
+import {
+  check,
+  createKey,
+  keys,
+  sampleInstallation,
+  startServer,
+  tempDir,
+} from "./_helpers.ts";
 
 /** Everything the store holds, as the console shows it; `import` lines left out. */
 async function contents(cwd: string): Promise<unknown> {
@@ -34,36 +41,9 @@ async function writeData(
   return `./data/${name}`;
 }
 
-/** An installation with a valid key, a revoked one and a rotated one. */
-async function installation(cwd: string): Promise<{
-  valid: string;
-  revoked: string;
-  rotatedOld: string;
-  rotatedNew: string;
-}> {
-  const valid = await createKey(cwd, "berlin-erp", "ops@example.com");
-  const revoked = await createKey(cwd, "hamburg-erp", "it@example.com");
-  const rotated = await createKey(cwd, "munich-erp", "edv@example.com");
-  const revoke = await keys(cwd, [
-    "revoke",
-    "hamburg-erp",
-    "--reason",
-    "machine decommissioned",
-  ]);
-  assert.equal(revoke.code, 0, revoke.stderr);
-  const rotate = await keys(cwd, ["rotate", "munich-erp", "--json"]);
-  assert.equal(rotate.code, 0, rotate.stderr);
-  return {
-    valid: valid.key,
-    revoked: revoked.key,
-    rotatedOld: rotated.key,
-    rotatedNew: JSON.parse(rotate.stdout).key,
-  };
-}
-
 Deno.test("an export imported into a new store keeps every key working as before: valid ones 200, revoked ones 401", async () => {
   using source = tempDir();
-  const made = await installation(source.path);
+  const made = await sampleInstallation(source.path);
   const exported = await keys(source.path, [
     "export",
     "./data/backup.jsonl",
@@ -115,7 +95,7 @@ Deno.test("an export imported into a new store keeps every key working as before
 
 Deno.test("an export holds hashes, never a key, with a header first and the counts last", async () => {
   using dir = tempDir();
-  const made = await installation(dir.path);
+  const made = await sampleInstallation(dir.path);
   const result = await keys(dir.path, ["export", "./data/backup.jsonl"]);
   assert.equal(result.code, 0, result.stderr);
   assert.equal(result.stdout, "");
@@ -198,7 +178,7 @@ async function exists(path: string): Promise<boolean> {
 
 Deno.test("import into a store that holds keys exits 1 and changes nothing", async () => {
   using source = tempDir();
-  await installation(source.path);
+  await sampleInstallation(source.path);
   assert.equal(
     (await keys(source.path, ["export", "./data/backup.jsonl"])).code,
     0,
@@ -223,7 +203,7 @@ Deno.test("import into a store that holds keys exits 1 and changes nothing", asy
 
 Deno.test("a malformed export exits 1 with one line naming the line, and leaves the store empty", async () => {
   using source = tempDir();
-  await installation(source.path);
+  await sampleInstallation(source.path);
   assert.equal(
     (await keys(source.path, ["export", "./data/backup.jsonl"])).code,
     0,

@@ -7,7 +7,15 @@
  */
 
 import assert from "node:assert/strict";
-import { check, createKey, keys, startServer, tempDir } from "./_helpers.ts";
+import {
+  check,
+  createKey,
+  keys,
+  type SampleInstallation,
+  sampleInstallation,
+  startServer,
+  tempDir,
+} from "./_helpers.ts";
 import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
 
 /** The settings that select a store: `{}` is the KV file in ./data. */
@@ -16,12 +24,6 @@ type StoreEnv = Record<string, string>;
 const KV: StoreEnv = {};
 
 /** The keys of an installation with a valid key, a revoked one and a rotated one. */
-interface Installation {
-  valid: string;
-  revoked: string;
-  rotatedOld: string;
-  rotatedNew: string;
-}
 
 /** Ids and e-mails as `keys create` and `keys rotate` gave them out below. */
 const SERVED = [
@@ -33,29 +35,6 @@ const REFUSED = ["revoked", "rotatedOld"] as const;
 async function run(cwd: string, args: string[], env: StoreEnv): Promise<void> {
   const result = await keys(cwd, args, env);
   assert.equal(result.code, 0, `keys ${args.join(" ")}: ${result.stderr}`);
-}
-
-async function installation(
-  cwd: string,
-  env: StoreEnv,
-): Promise<Installation> {
-  const valid = await createKey(cwd, "berlin-erp", "ops@example.com", env);
-  const revoked = await createKey(cwd, "hamburg-erp", "it@example.com", env);
-  const rotated = await createKey(cwd, "munich-erp", "edv@example.com", env);
-  await run(cwd, [
-    "revoke",
-    "hamburg-erp",
-    "--reason",
-    "machine decommissioned",
-  ], env);
-  const rotate = await keys(cwd, ["rotate", "munich-erp", "--json"], env);
-  assert.equal(rotate.code, 0, rotate.stderr);
-  return {
-    valid: valid.key,
-    revoked: revoked.key,
-    rotatedOld: rotated.key,
-    rotatedNew: JSON.parse(rotate.stdout).key,
-  };
 }
 
 interface AuditLine {
@@ -109,7 +88,7 @@ async function importInto(
 async function assertServes(
   cwd: string,
   env: StoreEnv,
-  made: Installation,
+  made: SampleInstallation,
 ): Promise<void> {
   await using server = await startServer(cwd, env);
   for (const { key, id, email } of SERVED) {
@@ -129,7 +108,7 @@ Deno.test({
   ignore: NO_DATABASE,
   async fn() {
     using kvDir = tempDir();
-    const made = await installation(kvDir.path, KV);
+    const made = await sampleInstallation(kvDir.path, KV);
     const toPostgres = await exportFrom(kvDir.path, KV, "move.jsonl");
 
     // KV → PostgreSQL, into a fresh empty database.
@@ -208,7 +187,7 @@ Deno.test({
   ignore: NO_DATABASE,
   async fn() {
     using kvDir = tempDir();
-    await installation(kvDir.path, KV);
+    await sampleInstallation(kvDir.path, KV);
     const text = await exportFrom(kvDir.path, KV, "move.jsonl");
 
     using pgDir = tempDir();
