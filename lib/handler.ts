@@ -118,7 +118,8 @@ export function createHandler(
       return methodNotAllowed();
     }
     // Before any hashing or store read: a locked client costs almost nothing.
-    const wait = lockout.retryAfter(lockoutKey(client));
+    const counted = lockoutKey(client);
+    const wait = lockout.retryAfter(counted);
     if (wait > 0) {
       countOutcome("locked_out");
       return json(429, {
@@ -141,7 +142,7 @@ export function createHandler(
     );
     if (!result.ok) {
       countOutcome(result.reason === "revoked" ? "revoked" : "invalid");
-      const lock = lockout.fail(lockoutKey(client));
+      const lock = lockout.fail(counted);
       if (lock) {
         log?.({
           msg: "lockout",

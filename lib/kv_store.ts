@@ -22,15 +22,19 @@
 
 import { checkImportedAudit, checkImportedRecord } from "./_import_check.ts";
 import {
+  AUDIT_DETAIL,
   type AuditEntry,
+  cannotRotateRevoked,
   type ChangeOptions,
   type ExportItem,
   exportItems,
   type ExposeOptions,
+  keyCollision,
   keyNotFound,
   type KeyRecord,
   type KeyStore,
   nameKey,
+  nameTaken,
   type NewKeyInput,
   newRecord,
   normalizeEmail,
@@ -38,6 +42,7 @@ import {
   revokedRecord,
   type RevokeOptions,
   type RevokeResult,
+  rotatedRecord,
   type RotateResult,
   StoreInputError,
   StoreUnavailableError,
@@ -126,9 +131,7 @@ export class KvKeyStore implements KeyStore {
       >([KEY_ID_COUNTER, keyByName(name), keyByHash(input.hash)]);
       if (byName.value !== null) throw nameTaken(name, byName.value);
       if (byHash.value !== null) {
-        throw new StoreInputError(
-          "Generated key collides; run the command again",
-        );
+        throw keyCollision();
       }
       const record = newRecord(nextId(counter), { ...input, name, email }, at);
       const op = this.#kv.atomic().check(counter, byName, byHash)
@@ -174,28 +177,20 @@ export class KvKeyStore implements KeyStore {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
       if (current.value === null) throw keyNotFound(id);
       if (current.value.status === "revoked") {
-        throw new StoreInputError(
-          `Key ${id} is revoked; create a new key instead of rotating it`,
-        );
+        throw cannotRotateRevoked(id);
       }
       const [counter, byHash] = await this.#kv.getMany<
         [Deno.KvU64, KeyRecord]
       >([KEY_ID_COUNTER, keyByHash(replacement.hash)]);
       if (byHash.value !== null) {
-        throw new StoreInputError(
-          "Generated key collides; run the command again",
-        );
+        throw keyCollision();
       }
       const created = newRecord(nextId(counter), {
         ...replacement,
         name: current.value.name,
         email: current.value.email,
       }, at);
-      const old = revokedRecord(
-        current.value,
-        at,
-        `rotated: replaced by key ${created.id}`,
-      );
+      const old = rotatedRecord(current.value, at, created.id);
       const op = this.#kv.atomic().check(current, counter, byHash)
         .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(created.id)));
       putRecord(op, old);
@@ -205,7 +200,7 @@ export class KvKeyStore implements KeyStore {
         action: "rotate",
         keyId: id,
         actor: options.actor,
-        detail: `replaced by key ${created.id}`,
+        detail: AUDIT_DETAIL.rotate(created.id),
       });
       return { op, result: { revoked: old, created } };
     });
@@ -263,7 +258,7 @@ export class KvKeyStore implements KeyStore {
         action: "expose",
         keyId: id,
         actor: options.actor,
-        detail: `sent in a URL from ${options.from}; rotate it`,
+        detail: AUDIT_DETAIL.expose(options.from),
       });
       return { op, result: true };
     });
@@ -477,12 +472,4 @@ function audit(
   entry: Omit<AuditEntry, "at" | "detail"> & { detail?: string | null },
 ): void {
   op.set(auditKey(revision), { at: at.toISOString(), detail: null, ...entry });
-}
-
-function nameTaken(name: string, id: number): StoreInputError {
-  return new StoreInputError(
-    `Name ${
-      JSON.stringify(name)
-    } is already used by valid key ${id}; choose another name or revoke key ${id} first`,
-  );
 }

@@ -24,16 +24,20 @@
 import postgres from "postgres";
 import { checkImportedAudit, checkImportedRecord } from "./_import_check.ts";
 import {
+  AUDIT_DETAIL,
   type AuditEntry,
+  cannotRotateRevoked,
   type ChangeOptions,
   type ExportItem,
   exportItems,
   type ExposeOptions,
+  keyCollision,
   keyNotFound,
   type KeyRecord,
   type KeyStatus,
   type KeyStore,
   nameKey,
+  nameTaken,
   type NewKeyInput,
   newRecord,
   normalizeEmail,
@@ -41,6 +45,7 @@ import {
   revokedRecord,
   type RevokeOptions,
   type RevokeResult,
+  rotatedRecord,
   type RotateResult,
   StoreInputError,
   StoreUnavailableError,
@@ -422,9 +427,7 @@ export class PostgresKeyStore implements KeyStore {
     return await this.#change(async ({ tx, at, nextId }) => {
       const current = await currentRecord(tx, id);
       if (current.status === "revoked") {
-        throw new StoreInputError(
-          `Key ${id} is revoked; create a new key instead of rotating it`,
-        );
+        throw cannotRotateRevoked(id);
       }
       await refuseCollision(tx, replacement.hash);
       const created = newRecord(nextId(), {
@@ -432,11 +435,7 @@ export class PostgresKeyStore implements KeyStore {
         name: current.name,
         email: current.email,
       }, at);
-      const old = revokedRecord(
-        current,
-        at,
-        `rotated: replaced by key ${created.id}`,
-      );
+      const old = rotatedRecord(current, at, created.id);
       // Revoke first: the partial unique index then lets the name pass on.
       await saveRevocation(tx, old);
       await insertKey(tx, created);
@@ -446,7 +445,7 @@ export class PostgresKeyStore implements KeyStore {
           action: "rotate",
           keyId: id,
           actor: options.actor,
-          detail: `replaced by key ${created.id}`,
+          detail: AUDIT_DETAIL.rotate(created.id),
         },
       };
     });
@@ -465,7 +464,7 @@ export class PostgresKeyStore implements KeyStore {
           action: "expose",
           keyId: id,
           actor: options.actor,
-          detail: `sent in a URL from ${options.from}; rotate it`,
+          detail: AUDIT_DETAIL.expose(options.from),
         },
       };
     });
@@ -676,7 +675,7 @@ async function currentRecord(tx: Tx, id: number): Promise<KeyRecord> {
 async function refuseCollision(tx: Tx, hash: string): Promise<void> {
   const [taken] = await tx`SELECT 1 FROM keys WHERE hash = ${hash}`;
   if (taken) {
-    throw new StoreInputError("Generated key collides; run the command again");
+    throw keyCollision();
   }
 }
 
@@ -839,12 +838,4 @@ function toAudit(row: AuditRow): AuditEntry {
     actor: row.actor,
     detail: row.detail,
   };
-}
-
-function nameTaken(name: string, id: number): StoreInputError {
-  return new StoreInputError(
-    `Name ${
-      JSON.stringify(name)
-    } is already used by valid key ${id}; choose another name or revoke key ${id} first`,
-  );
 }

@@ -171,6 +171,42 @@ export function keyNotFound(ref: number | string): KeyNotFoundError {
   );
 }
 
+/** The error for a name a valid key already has, worded for the admin. */
+export function nameTaken(name: string, id: number): StoreInputError {
+  return new StoreInputError(
+    `Name ${
+      JSON.stringify(name)
+    } is already used by valid key ${id}; choose another name or revoke key ${id} first`,
+  );
+}
+
+/** The error for rotating a key that is already revoked. */
+export function cannotRotateRevoked(id: number): StoreInputError {
+  return new StoreInputError(
+    `Key ${id} is revoked; create a new key instead of rotating it`,
+  );
+}
+
+/** The error for a generated key whose hash is already stored (practically never). */
+export function keyCollision(): StoreInputError {
+  return new StoreInputError("Generated key collides; run the command again");
+}
+
+/** The words of the audit log's details, alike in every store. */
+export const AUDIT_DETAIL = {
+  rotate: (createdId: number): string => `replaced by key ${createdId}`,
+  expose: (from: string): string => `sent in a URL from ${from}; rotate it`,
+};
+
+/** The record as revoked by a rotation that replaced it with key `createdId`. */
+export function rotatedRecord(
+  record: KeyRecord,
+  at: Date,
+  createdId: number,
+): KeyRecord {
+  return revokedRecord(record, at, `rotated: replaced by key ${createdId}`);
+}
+
 /** The store could not be reached or read: the caller should retry later, not drop its key. */
 export class StoreUnavailableError extends Error {
   override name = "StoreUnavailableError";
