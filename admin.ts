@@ -30,6 +30,7 @@ import {
 } from "./lib/store.ts";
 import { type Column, fitColumns, headingLine, rowLine } from "./lib/_table.ts";
 import { BackupError, counted, exportTo, importFrom } from "./lib/backup.ts";
+import { writeAll, writeAllSync } from "./lib/_write_all.ts";
 import {
   paint,
   relativeTime,
@@ -511,18 +512,6 @@ async function readAnswer(): Promise<string | null> {
   return text.slice(0, text.indexOf("\n"));
 }
 
-async function writeAll(
-  target: { write(bytes: Uint8Array): Promise<number> },
-  text: string | Uint8Array,
-): Promise<void> {
-  const bytes = typeof text === "string"
-    ? new TextEncoder().encode(text)
-    : text;
-  for (let at = 0; at < bytes.length;) {
-    at += await target.write(bytes.subarray(at));
-  }
-}
-
 /** A key by id (all digits) or by name (valid keys only). */
 async function resolve(store: KeyStore, ref: string): Promise<KeyRecord> {
   const record = /^\d+$/.test(ref)
@@ -567,9 +556,7 @@ class Output {
     this.#size = 0;
     if (this.#closed) return;
     try {
-      for (let at = 0; at < bytes.length;) {
-        at += Deno.stdout.writeSync(bytes.subarray(at));
-      }
+      writeAllSync(Deno.stdout, bytes);
     } catch (error) {
       // The reader went away (`keys list | head`): it wants no more, which
       // is no failure of the command.

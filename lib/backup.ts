@@ -10,6 +10,7 @@
 
 import type { AuditEntry, ExportItem, KeyRecord, KeyStore } from "./store.ts";
 import { StoreInputError } from "./store.ts";
+import { writeAll } from "./_write_all.ts";
 
 /** A backup refused or failed; its message is meant for the admin as is. */
 export class BackupError extends Error {
@@ -20,15 +21,6 @@ export class BackupError extends Error {
   constructor(message: string, options: { usage?: boolean } = {}) {
     super(message);
     this.usage = options.usage ?? false;
-  }
-}
-
-async function writeAll(
-  target: { write(bytes: Uint8Array): Promise<number> },
-  bytes: Uint8Array,
-): Promise<void> {
-  for (let at = 0; at < bytes.length;) {
-    at += await target.write(bytes.subarray(at));
   }
 }
 

@@ -5,6 +5,8 @@
  * @module
  */
 
+import { writeAllSync } from "./_write_all.ts";
+
 /** The fields of one request's log line (never a key, header value or query string). */
 export interface RequestLogLine {
   requestId: string;
@@ -86,8 +88,6 @@ export class JsonLog {
     const bytes = this.#encoder.encode(this.#lines.join("\n") + "\n");
     this.#lines = [];
     this.#size = 0;
-    for (let at = 0; at < bytes.length;) {
-      at += Deno.stdout.writeSync(bytes.subarray(at));
-    }
+    writeAllSync(Deno.stdout, bytes);
   }
 }
