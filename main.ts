@@ -25,7 +25,7 @@ export async function serve(): Promise<void> {
   const handler = createHandler(store, {
     lastUsed,
     lockout: new LockoutTracker(config.lockout),
-    trustProxyHops: config.trustProxyHops,
+    trustedProxies: config.trustedProxies,
     log: (fields) => log.write(fields),
     logRequest: (line) => log.request(line),
   });

@@ -4,47 +4,76 @@
  * @module
  */
 
-const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
-const IPV6 = /^[0-9a-f:]+(:\d{1,3}(\.\d{1,3}){3})?$/i;
+import {
+  type Cidr,
+  cidrContains,
+  formatCidr,
+  formatIp,
+  networkOf,
+  parseIp,
+} from "./ip.ts";
+
+/** Options of {@linkcode clientAddress}. */
+export interface ClientAddressOptions {
+  /**
+   * The reverse proxies whose `X-Forwarded-For` is believed. Empty (the
+   * default): the header is ignored and the client is the TCP peer.
+   */
+  trustedProxies: readonly Cidr[];
+}
 
 /**
- * The client's address: the TCP peer, or with `trustProxyHops` N > 0 the Nth
- * address from the right of X-Forwarded-For, which the Nth proxy appended.
- * Addresses left of it are whatever the client chose to send, so they are
- * never trusted; with N = 0 the header is ignored entirely, so nobody can
- * lock out someone else by forging it.
+ * The client's address. The TCP peer, unless the peer is a trusted proxy:
+ * then `X-Forwarded-For` is read from the right, skipping every entry that
+ * is itself a trusted proxy, and the first entry that is not is the client.
+ * Entries left of it are whatever the client chose to send, so they are
+ * never believed; a direct client's header is never read at all, so nobody
+ * can lock out someone else, or dodge a lock, by forging it.
  */
 export function clientAddress(
   request: Request,
   info: Deno.ServeHandlerInfo,
-  options: { trustProxyHops: number },
+  options: ClientAddressOptions,
 ): string {
   const peer = normalize((info.remoteAddr as Deno.NetAddr).hostname ?? "");
-  if (options.trustProxyHops === 0) return peer;
+  if (options.trustedProxies.length === 0) return peer;
+  const trusted = (address: ReturnType<typeof parseIp>) =>
+    address !== null &&
+    options.trustedProxies.some((cidr) => cidrContains(cidr, address));
+  let hop = parseIp(peer);
+  if (!trusted(hop)) return peer;
   const chain = request.headers.get("x-forwarded-for")?.split(",") ?? [];
-  const hop = chain[chain.length - options.trustProxyHops]?.trim() ?? "";
-  const address = normalize(hop.replace(/^\[(.*)\]$/, "$1"));
-  // A chain shorter than the proxies, or junk, means the request did not come
-  // through them as configured: fall back to what the socket says.
-  return IPV4.test(address) || (address.includes(":") && IPV6.test(address))
-    ? address
-    : peer;
+  for (let i = chain.length - 1; i >= 0; i--) {
+    const entry = parseIp(chain[i].trim());
+    // Junk where a proxy's entry should be: the request did not come through
+    // the proxies as configured, so the last address they vouch for stands.
+    if (entry === null) break;
+    hop = entry;
+    if (!trusted(entry)) break;
+  }
+  return formatIp(hop!);
 }
 
 /**
- * The key lock-out counts under: the address, or for IPv6 its /64, since one
- * host typically owns a whole /64 and could otherwise rotate through it.
+ * The key lock-out counts an address under: the address, or for IPv6 its
+ * /64, since one host typically owns a whole /64 and could otherwise rotate
+ * through it.
  */
 export function lockoutKey(address: string): string {
   if (!address.includes(":")) return address;
-  const [head, tail = ""] = address.split("::");
-  const left = head === "" ? [] : head.split(":");
-  const right = tail === "" ? [] : tail.split(":");
-  const groups = address.includes("::")
-    ? [...left, ...Array(8 - left.length - right.length).fill("0"), ...right]
-    : left;
-  return groups.slice(0, 4).map((g) => g.replace(/^0+(?=.)/, "")).join(":") +
-    "::/64";
+  const parsed = parseIp(address);
+  return parsed === null ? address : formatCidr(networkOf(parsed, 64));
+}
+
+/**
+ * The wider network a lock-out key belongs to (/24 for IPv4, /48 for IPv6):
+ * the budget that still holds when an attacker spreads failures over many
+ * addresses of one network.
+ */
+export function networkKey(lockout: string): string {
+  const parsed = parseIp(lockout.replace(/\/64$/, ""));
+  if (parsed === null) return lockout;
+  return formatCidr(networkOf(parsed, parsed.family === 4 ? 24 : 48));
 }
 
 function normalize(address: string): string {

@@ -8,6 +8,8 @@
  * @module
  */
 
+import { type Cidr, parseCidr } from "./ip.ts";
+
 /** Where the key records live. */
 export type StoreLocation =
   | { kind: "kv"; path: string }
@@ -22,10 +24,10 @@ export interface Config {
   /** The store the keys are kept in. */
   store: StoreLocation;
   /**
-   * How many reverse proxies in front of the service append to
-   * X-Forwarded-For. 0: the header is ignored and the client is the TCP peer.
+   * The reverse proxies whose X-Forwarded-For is believed. Empty: the header
+   * is ignored and the client is the TCP peer.
    */
-  trustProxyHops: number;
+  trustedProxies: Cidr[];
   /** Lock-out of clients that keep failing authentication. */
   lockout: { maxFailures: number; windowSeconds: number; lockSeconds: number };
   /** Certificate and private key files (PEM) when the server speaks HTTPS itself. */
@@ -75,11 +77,7 @@ export function readConfig(env: EnvReader): Config {
     port: integer(env, "PORT", { default: 8000, min: 0, max: 65535 }),
     hostname: hostname(env, "HOST", "0.0.0.0"),
     store: readStoreLocation(env),
-    trustProxyHops: integer(env, "TRUST_PROXY_HOPS", {
-      default: 0,
-      min: 0,
-      max: 16,
-    }),
+    trustedProxies: trustedProxies(env),
     lockout: {
       maxFailures: integer(env, "LOCKOUT_MAX_FAILURES", {
         default: 10,
@@ -99,6 +97,29 @@ export function readConfig(env: EnvReader): Config {
     },
     tls: tlsFiles(env),
   };
+}
+
+function trustedProxies(env: EnvReader): Cidr[] {
+  if (nonEmpty(env, "TRUST_PROXY_HOPS") !== undefined) {
+    // A hop count believed whoever connected directly; refuse it rather than
+    // quietly ignoring a setting the operator relies on.
+    throw new ConfigError(
+      "TRUST_PROXY_HOPS is no longer read, as it let direct clients forge X-Forwarded-For; unset it and list the proxies' addresses in TRUSTED_PROXIES, such as TRUSTED_PROXIES=10.0.0.5/32",
+    );
+  }
+  const raw = nonEmpty(env, "TRUSTED_PROXIES");
+  if (raw === undefined) return [];
+  return raw.split(",").map((item) => {
+    const cidr = parseCidr(item.trim());
+    if (cidr === null) {
+      throw new ConfigError(
+        `TRUSTED_PROXIES must list addresses or CIDR ranges such as 10.0.0.5/32,fd00::/64, separated by commas; ${
+          JSON.stringify(item.trim())
+        } is not one (a range's host bits must be zero)`,
+      );
+    }
+    return cidr;
+  });
 }
 
 function tlsFiles(env: EnvReader): Config["tls"] {

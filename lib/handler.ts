@@ -12,6 +12,7 @@
 import { hashApiKey, isWellFormedApiKey, KEY_PATTERN } from "./api_key.ts";
 import { API_KEY_HEADER, KeyLookup } from "./auth.ts";
 import { clientAddress, lockoutKey } from "./client_address.ts";
+import type { Cidr } from "./ip.ts";
 import type { LastUsedRecorder } from "./last_used.ts";
 import type { RequestLogLine } from "./log.ts";
 import { LockoutTracker } from "./lockout.ts";
@@ -51,8 +52,8 @@ export interface HandlerOptions {
   retryAfterSeconds?: number;
   /** Lock-out of clients that keep failing; default 10 failures in 60 s lock for 5 minutes. */
   lockout?: LockoutTracker;
-  /** Proxies whose X-Forwarded-For entries are trusted; default 0. */
-  trustProxyHops?: number;
+  /** Proxies whose X-Forwarded-For entries are believed; default none. */
+  trustedProxies?: readonly Cidr[];
   /** Notes which keys are used; written off the request path. */
   lastUsed?: LastUsedRecorder;
   /** Receives one line per notable event (lock, exposure, error). */
@@ -101,7 +102,7 @@ export function createHandler(
       windowSeconds: 60,
       lockSeconds: 300,
     });
-  const hops = options.trustProxyHops ?? 0;
+  const proxies = { trustedProxies: options.trustedProxies ?? [] };
   const log = options.log;
   const logRequest = options.logRequest;
   const lookup = new KeyLookup(store);
@@ -119,15 +120,7 @@ export function createHandler(
     }
     // Before any hashing or store read: a locked client costs almost nothing.
     const counted = lockoutKey(client);
-    const wait = lockout.retryAfter(counted);
-    if (wait > 0) {
-      countOutcome("locked_out");
-      return json(429, {
-        error: "locked_out",
-        message:
-          "Too many failed authentications from this address; fix the key, then retry after Retry-After seconds",
-      }, { "retry-after": String(wait) });
-    }
+    if (lockout.retryAfter(counted) > 0) return lockedOut(counted);
     if (query !== "" && carriesCredential(query)) {
       await noteExposure(query, client);
       countOutcome("url_exposed");
@@ -146,13 +139,19 @@ export function createHandler(
       if (lock) {
         log?.({
           msg: "lockout",
-          client,
+          scope: lock.scope,
+          client: lock.scope === "address" ? client : lock.client,
           failures: lock.failures,
           lockedUntil: lock.lockedUntil.toISOString(),
         });
-      }
+      } // Requests of one burst all pass the check above before the first of
+      // them fails; those that fail after the lock get 429, so a burst sees
+      // no more 401s than the threshold.
+      else if (lockout.retryAfter(counted) > 0) return lockedOut(counted);
       return unauthorized();
     }
+    if (lockout.retryAfter(counted) > 0) return lockedOut(counted);
+    lockout.succeeded(counted);
     countOutcome("ok");
     seen.apiKeyId = result.record.id;
     const at = now();
@@ -165,6 +164,15 @@ export function createHandler(
       serverUtc: at.toISOString(),
     };
     return json(200, status);
+  }
+
+  function lockedOut(counted: string): Response {
+    countOutcome("locked_out");
+    return json(429, {
+      error: "locked_out",
+      message:
+        "Too many failed authentications from this address; fix the key, then retry after Retry-After seconds",
+    }, { "retry-after": String(lockout.retryAfter(counted)) });
   }
 
   /** Marks every valid key found in the query as exposed: the admin must rotate it. */
@@ -214,7 +222,7 @@ export function createHandler(
   return async function handle(request, info) {
     const started = performance.now();
     const { path, query } = splitTarget(request.url);
-    const client = clientAddress(request, info, { trustProxyHops: hops });
+    const client = clientAddress(request, info, proxies);
     const seen: Seen = {};
     let response: Response;
     try {

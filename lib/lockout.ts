@@ -2,125 +2,234 @@
  * Lock-out of clients that keep failing authentication (spec section 7:
  * retrying a failing request in a loop leads to lock-out).
  *
- * Failures are counted per client address in a sliding window, estimated
- * from two fixed windows: the previous window's count weighted by how much
- * of it still overlaps, plus the current one's. That is O(1) in time and
- * memory per client whatever the threshold, where a list of timestamps would
- * cost O(threshold). Past the threshold the client is locked for a fixed
- * time, during which every request from it is refused before any hashing or
- * store read.
+ * Failures are counted in a sliding window, estimated from two fixed
+ * windows: the previous window's count weighted by how much of it still
+ * overlaps, plus the current one's. That is O(1) in time and memory whatever
+ * the threshold. They are counted at three levels, so that memory stays
+ * bounded without letting an attacker count his way out by spreading:
  *
- * Memory is bounded: at most `maxClients` counting addresses plus at most
- * `maxClients` locks, three numbers each. A flood of failures from ever new
- * addresses pushes out only the stalest counters, never a lock.
+ * - per client address (IPv6 per /64): `maxFailures` in the window locks
+ *   the address for `lockSeconds`;
+ * - per network (/24, IPv6 /48): `networkMaxFailures` locks the network
+ *   for every address in it that has not authenticated lately;
+ * - everywhere: past `globalMaxFailures` in the window, only addresses that
+ *   have authenticated lately are served until the rate falls again.
+ *
+ * The per-address and per-network tables are bounded; a flood of fresh
+ * addresses evicts the stalest counters, and what it evicts is still
+ * counted one level up, where the flood itself crosses the threshold.
+ * Locks are kept apart from counters, so a flood never pushes a lock out
+ * while there is room, and addresses that authenticated are remembered
+ * apart too, so an honest integrator keeps working through the network and
+ * global locks an attack causes.
  *
  * @module
  */
 
+import { networkKey } from "./client_address.ts";
+
 /** Options of {@linkcode LockoutTracker}. */
 export interface LockoutOptions {
-  /** Failures within the window that lock the client. */
+  /** Failures from one address within the window that lock it. */
   maxFailures: number;
   /** The sliding window, in seconds. */
   windowSeconds: number;
   /** How long a lock lasts, in seconds. */
   lockSeconds: number;
-  /** The most addresses tracked at once. */
+  /** Failures from one network that lock it; default 10 × `maxFailures`. */
+  networkMaxFailures?: number;
+  /** Failures from everywhere that close the door to new clients; default 100 × `maxFailures`. */
+  globalMaxFailures?: number;
+  /** The most addresses (and networks) tracked at once, per table. */
   maxClients?: number;
   /** The clock, in milliseconds; tests move it. */
   now?: () => number;
 }
 
-interface Counter {
-  /** Start of the current fixed window, in ms. */
-  windowStart: number;
-  current: number;
-  previous: number;
-}
+/** Which budget a lock was taken from. */
+export type LockScope = "address" | "network" | "global";
 
-/** What {@linkcode LockoutTracker.fail} reports when a failure locks the client. */
+/** What {@linkcode LockoutTracker.fail} reports when a failure locks something. */
 export interface LockEvent {
+  scope: LockScope;
+  /** The address, the network, or `*`. */
   client: string;
   failures: number;
   lockedUntil: Date;
 }
 
-/** Counts failed authentications per client and locks repeat offenders. */
+/** A two-bucket sliding-window counter. */
+class Window {
+  start: number;
+  current = 0;
+  previous = 0;
+
+  constructor(now: number) {
+    this.start = now;
+  }
+
+  /** Counts one event; returns the estimated events in the last window. */
+  add(now: number, windowMs: number): number {
+    this.#roll(now, windowMs);
+    this.current++;
+    return this.estimate(now, windowMs);
+  }
+
+  estimate(now: number, windowMs: number): number {
+    this.#roll(now, windowMs);
+    const overlap = 1 - (now - this.start) / windowMs;
+    return this.current + this.previous * overlap;
+  }
+
+  #roll(now: number, windowMs: number): void {
+    const windows = Math.floor((now - this.start) / windowMs);
+    if (windows > 0) {
+      this.previous = windows === 1 ? this.current : 0;
+      this.current = 0;
+      this.start += windows * windowMs;
+    }
+  }
+}
+
+/** An insertion-ordered map that forgets its oldest entry past a bound. */
+class Bounded<V> extends Map<string, V> {
+  constructor(readonly bound: number) {
+    super();
+  }
+
+  /** Sets the entry as the newest. */
+  touch(key: string, value: V): void {
+    this.delete(key);
+    this.set(key, value);
+    if (this.size > this.bound) this.delete(this.keys().next().value!);
+  }
+}
+
+/** Counts failed authentications and locks repeat offenders. */
 export class LockoutTracker {
   readonly maxFailures: number;
+  readonly #networkMax: number;
+  readonly #globalMax: number;
   readonly #windowMs: number;
   readonly #lockMs: number;
-  readonly #maxClients: number;
   readonly #now: () => number;
-  // Clients still counting. A Map iterates in insertion order and each
-  // failure re-inserts, so the stalest comes first, and is the one forgotten
-  // when the map is full.
-  readonly #failing = new Map<string, Counter>();
-  // Locked clients apart, so that a flood of single failures from fresh
-  // addresses can push out only other counters, never a lock. Locks all
-  // last the same time, so insertion order is expiry order.
-  readonly #locked = new Map<string, number>();
+  readonly #addresses: Bounded<Window>;
+  readonly #networks: Bounded<Window>;
+  readonly #global: Window;
+  // Locks all last the same time, so insertion order is expiry order: when
+  // a table is full, the lock closest to expiry is the one that goes.
+  readonly #addressLocks: Bounded<number>;
+  readonly #networkLocks: Bounded<number>;
+  /** Addresses that authenticated, with when; they pass network and global locks. */
+  readonly #trusted: Bounded<number>;
 
   constructor(options: LockoutOptions) {
     this.maxFailures = options.maxFailures;
+    this.#networkMax = options.networkMaxFailures ?? options.maxFailures * 10;
+    this.#globalMax = options.globalMaxFailures ?? options.maxFailures * 100;
     this.#windowMs = options.windowSeconds * 1000;
     this.#lockMs = options.lockSeconds * 1000;
-    this.#maxClients = options.maxClients ?? 10_000;
     this.#now = options.now ?? Date.now;
+    const bound = options.maxClients ?? 10_000;
+    this.#addresses = new Bounded(bound);
+    this.#networks = new Bounded(bound);
+    this.#addressLocks = new Bounded(bound);
+    this.#networkLocks = new Bounded(bound);
+    this.#trusted = new Bounded(bound);
+    this.#global = new Window(this.#now());
   }
 
   /** Seconds the client must still wait, or 0 when it may proceed. */
   retryAfter(client: string): number {
-    const until = this.#locked.get(client);
-    if (until === undefined) return 0;
-    const left = until - this.#now();
-    if (left > 0) return Math.ceil(left / 1000);
-    // The lock expired: the client starts again with a clean slate.
-    this.#locked.delete(client);
+    const now = this.#now();
+    const own = this.#left(this.#addressLocks, client, now);
+    if (own > 0) return own;
+    if (this.#isTrusted(client, now)) return 0;
+    if (this.#networkLocks.size > 0) {
+      const network = this.#left(this.#networkLocks, networkKey(client), now);
+      if (network > 0) return network;
+    }
+    if (this.#global.estimate(now, this.#windowMs) >= this.#globalMax) {
+      // No fixed lock: the door opens again as soon as the rate falls.
+      return Math.ceil(this.#windowMs / 1000);
+    }
     return 0;
   }
 
-  /** Records a failed authentication; returns the lock when this failure caused one. */
+  /**
+   * Records a failed authentication; returns the lock this failure caused,
+   * if any. A client that is locked already is not counted again.
+   */
   fail(client: string): LockEvent | null {
     if (this.retryAfter(client) > 0) return null;
     const now = this.#now();
-    const counter = this.#failing.get(client) ??
-      { windowStart: now, current: 0, previous: 0 };
-    const windows = Math.floor((now - counter.windowStart) / this.#windowMs);
-    if (windows > 0) {
-      counter.previous = windows === 1 ? counter.current : 0;
-      counter.current = 0;
-      counter.windowStart += windows * this.#windowMs;
+    const window = this.#windowMs;
+    const globalCount = this.#global.add(now, window);
+    const network = networkKey(client);
+    const networkCounter = this.#networks.get(network) ?? new Window(now);
+    const networkCount = networkCounter.add(now, window);
+    this.#networks.touch(network, networkCounter);
+    const counter = this.#addresses.get(client) ?? new Window(now);
+    const count = counter.add(now, window);
+    if (count >= this.maxFailures) {
+      this.#addresses.delete(client);
+      this.#addressLocks.touch(client, now + this.#lockMs);
+      return this.#event("address", client, count, now);
     }
-    counter.current++;
-    const overlap = 1 - (now - counter.windowStart) / this.#windowMs;
-    const failures = counter.current + counter.previous * overlap;
-    this.#failing.delete(client);
-    if (failures < this.maxFailures) {
-      this.#failing.set(client, counter);
-      if (this.#failing.size > this.#maxClients) {
-        this.#forgetFirst(this.#failing);
-      }
-      return null;
+    this.#addresses.touch(client, counter);
+    if (networkCount >= this.#networkMax && !this.#networkLocks.has(network)) {
+      this.#networkLocks.touch(network, now + this.#lockMs);
+      return this.#event("network", network, networkCount, now);
     }
-    const lockedUntil = now + this.#lockMs;
-    this.#locked.set(client, lockedUntil);
-    // Full of locks (an attacker with thousands of addresses, each failing
-    // enough to be locked): the lock closest to expiry goes first.
-    if (this.#locked.size > this.#maxClients) this.#forgetFirst(this.#locked);
+    if (Math.floor(globalCount) === this.#globalMax) {
+      return this.#event("global", "*", globalCount, now);
+    }
+    return null;
+  }
+
+  /** Records a successful authentication: the address is known to be honest. */
+  succeeded(client: string): void {
+    const now = this.#now();
+    // Refreshing at most once a second keeps the hot path to one Map read.
+    const last = this.#trusted.get(client);
+    if (last === undefined || now - last > 1000) {
+      this.#trusted.touch(client, now);
+    }
+  }
+
+  /** How many addresses are counted or locked: each table is bounded by `maxClients`. */
+  get size(): number {
+    return this.#addresses.size + this.#addressLocks.size;
+  }
+
+  #isTrusted(client: string, now: number): boolean {
+    const last = this.#trusted.get(client);
+    return last !== undefined && now - last < this.#lockMs;
+  }
+
+  #left(locks: Map<string, number>, key: string, now: number): number {
+    const until = locks.get(key);
+    if (until === undefined) return 0;
+    const left = until - now;
+    if (left > 0) return Math.ceil(left / 1000);
+    // The lock expired: the client starts again with a clean slate.
+    locks.delete(key);
+    return 0;
+  }
+
+  #event(
+    scope: LockScope,
+    client: string,
+    failures: number,
+    now: number,
+  ): LockEvent {
     return {
+      scope,
       client,
       failures: Math.round(failures),
-      lockedUntil: new Date(lockedUntil),
+      lockedUntil: new Date(
+        now + (scope === "global" ? this.#windowMs : this.#lockMs),
+      ),
     };
-  }
-
-  /** How many clients are tracked: at most `maxClients` counting plus as many locked. */
-  get size(): number {
-    return this.#failing.size + this.#locked.size;
-  }
-
-  #forgetFirst(map: Map<string, unknown>): void {
-    map.delete(map.keys().next().value!);
   }
 }

@@ -4,6 +4,7 @@
  */
 
 import assert from "node:assert/strict";
+import { generateApiKey } from "../lib/api_key.ts";
 import {
   check,
   createKey,
@@ -46,7 +47,48 @@ Deno.test("a loop of wrong keys from one address is locked out with 429 while an
   assert.match(lockLines[0], /"client":"::1","failures":10/);
 });
 
-Deno.test("X-Forwarded-For is ignored unless TRUST_PROXY_HOPS is set, so nobody can lock out someone else by forging it", async () => {
+Deno.test("a burst of 80 invented keys at once from one address gets no more 401s than the threshold", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path);
+  await createKey(dir.path, "monitoring");
+  // Checksum-valid keys that exist nowhere: each one costs a store lookup,
+  // so all 80 are in flight before the first failure is counted.
+  const statuses = await Promise.all(
+    Array.from({ length: 80 }, async () => {
+      const response = await request(`${server.url}${ROUTE}`, {
+        headers: { "X-API-Key": generateApiKey().key },
+      });
+      return response.status;
+    }),
+  );
+  const count = (status: number) => statuses.filter((s) => s === status).length;
+  assert.equal(count(401), 10, `statuses: ${statuses.join(" ")}`);
+  assert.equal(count(429), 70);
+});
+
+Deno.test("with TRUSTED_PROXIES set, a direct client rotating X-Forwarded-For is still locked by its own address", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "monitoring");
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "3",
+    // A proxy elsewhere: the test's own connections are direct clients.
+    TRUSTED_PROXIES: "10.0.0.5/32",
+  });
+  const statuses = [];
+  for (let i = 0; i < 6; i++) {
+    const response = await request(`${server.url}${ROUTE}`, {
+      headers: { "X-API-Key": "wrong", "X-Forwarded-For": `203.0.113.${i}` },
+    });
+    statuses.push(response.status);
+  }
+  assert.deepEqual(statuses, [401, 401, 401, 429, 429, 429]);
+  const victim = await request(`${server.url}${ROUTE}`, {
+    headers: { "X-API-Key": key, "X-Forwarded-For": "203.0.113.200" },
+  });
+  assert.equal(victim.status, 429, "the forged address did not help");
+});
+
+Deno.test("X-Forwarded-For is believed only from TRUSTED_PROXIES, so nobody can lock out someone else or dodge a lock by forging it", async () => {
   using dir = tempDir();
   const { key } = await createKey(dir.path, "monitoring");
   {
@@ -68,7 +110,7 @@ Deno.test("X-Forwarded-For is ignored unless TRUST_PROXY_HOPS is set, so nobody 
   {
     await using server = await startServer(dir.path, {
       LOCKOUT_MAX_FAILURES: "3",
-      TRUST_PROXY_HOPS: "1",
+      TRUSTED_PROXIES: "127.0.0.1,::1",
     });
     const via = (xff: string, k: string) =>
       request(`${server.url}${ROUTE}`, {

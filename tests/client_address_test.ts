@@ -1,5 +1,10 @@
 import assert from "node:assert/strict";
-import { clientAddress, lockoutKey } from "../lib/client_address.ts";
+import {
+  clientAddress,
+  lockoutKey,
+  networkKey,
+} from "../lib/client_address.ts";
+import { parseCidr } from "../lib/ip.ts";
 
 const info = (hostname: string) =>
   ({
@@ -9,55 +14,88 @@ const info = (hostname: string) =>
 const request = (xff?: string) =>
   new Request("http://x/", { headers: xff ? { "x-forwarded-for": xff } : {} });
 
+const proxies = (...ranges: string[]) => ({
+  trustedProxies: ranges.map((r) => parseCidr(r)!),
+});
+
 Deno.test("clientAddress() is the TCP peer and ignores X-Forwarded-For by default", () => {
   assert.equal(
-    clientAddress(request("198.51.100.7"), info("10.0.0.1"), {
-      trustProxyHops: 0,
-    }),
+    clientAddress(request("198.51.100.7"), info("10.0.0.1"), proxies()),
     "10.0.0.1",
   );
 });
 
-Deno.test("clientAddress() takes the Nth X-Forwarded-For entry from the right with TRUST_PROXY_HOPS", () => {
-  const forged = "6.6.6.6, 203.0.113.5, 10.0.0.2";
+Deno.test("a direct client cannot forge X-Forwarded-For, even when proxies are trusted", () => {
+  // The peer is not one of the proxies: its header is the attacker's word.
+  for (const forged of ["203.0.113.9", "10.0.0.2, 203.0.113.9", "::1"]) {
+    assert.equal(
+      clientAddress(
+        request(forged),
+        info("198.51.100.7"),
+        proxies("10.0.0.0/24"),
+      ),
+      "198.51.100.7",
+    );
+  }
+});
+
+Deno.test("behind trusted proxies the client is the rightmost untrusted X-Forwarded-For entry", () => {
+  const chain = "6.6.6.6, 203.0.113.5, 10.0.0.2";
   assert.equal(
-    clientAddress(request(forged), info("10.0.0.1"), { trustProxyHops: 1 }),
-    "10.0.0.2",
-  );
-  assert.equal(
-    clientAddress(request(forged), info("10.0.0.1"), { trustProxyHops: 2 }),
+    clientAddress(request(chain), info("10.0.0.1"), proxies("10.0.0.0/24")),
     "203.0.113.5",
+    "entries left of the client are whatever it sent and are skipped",
   );
   assert.equal(
-    clientAddress(request("2001:db8::1"), info("10.0.0.1"), {
-      trustProxyHops: 1,
-    }),
+    clientAddress(request(chain), info("10.0.0.1"), proxies("10.0.0.1/32")),
+    "10.0.0.2",
+    "a hop that is not a trusted proxy is the client",
+  );
+});
+
+Deno.test("a trusted proxy with junk or no header leaves the last vouched-for address", () => {
+  assert.equal(
+    clientAddress(request(), info("10.0.0.1"), proxies("10.0.0.0/8")),
+    "10.0.0.1",
+  );
+  assert.equal(
+    clientAddress(
+      request("not-an-address, 10.0.0.3"),
+      info("10.0.0.1"),
+      proxies("10.0.0.0/8"),
+    ),
+    "10.0.0.3",
+  );
+  assert.equal(
+    clientAddress(request("01.2.3.4"), info("10.0.0.1"), proxies("10.0.0.0/8")),
+    "10.0.0.1",
+    "octal-looking IPv4 is junk",
+  );
+});
+
+Deno.test("IPv6 proxies and clients, written any way, are compared as addresses", () => {
+  assert.equal(
+    clientAddress(
+      request("[2001:DB8::0:1]"),
+      info("fd00::5"),
+      proxies("fd00::/64"),
+    ),
     "2001:db8::1",
   );
-});
-
-Deno.test("clientAddress() falls back to the peer for a short chain or junk", () => {
   assert.equal(
-    clientAddress(request("203.0.113.5"), info("10.0.0.1"), {
-      trustProxyHops: 2,
-    }),
-    "10.0.0.1",
-  );
-  assert.equal(
-    clientAddress(request("not-an-ip"), info("10.0.0.1"), {
-      trustProxyHops: 1,
-    }),
-    "10.0.0.1",
-  );
-  assert.equal(
-    clientAddress(request(), info("10.0.0.1"), { trustProxyHops: 1 }),
-    "10.0.0.1",
+    clientAddress(
+      request("198.51.100.4"),
+      info("::ffff:127.0.0.1"),
+      proxies("127.0.0.1"),
+    ),
+    "198.51.100.4",
+    "a dual-stack socket's mapped IPv4 peer matches an IPv4 range",
   );
 });
 
-Deno.test("clientAddress() reports IPv4 clients of a dual-stack socket as IPv4", () => {
+Deno.test("a dual-stack peer is reported as plain IPv4", () => {
   assert.equal(
-    clientAddress(request(), info("::ffff:127.0.0.1"), { trustProxyHops: 0 }),
+    clientAddress(request(), info("::ffff:127.0.0.1"), proxies()),
     "127.0.0.1",
   );
 });
@@ -66,6 +104,13 @@ Deno.test("lockoutKey() counts IPv6 clients per /64 and IPv4 per address", () =>
   assert.equal(lockoutKey("192.0.2.1"), "192.0.2.1");
   assert.equal(lockoutKey("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
   assert.equal(lockoutKey("2001:db8:1:2::ffff"), "2001:db8:1:2::/64");
-  assert.equal(lockoutKey("::1"), "0:0:0:0::/64");
+  assert.equal(lockoutKey("::1"), "::/64");
   assert.notEqual(lockoutKey("2001:db8:1:3::1"), lockoutKey("2001:db8:1:2::1"));
+});
+
+Deno.test("networkKey() groups addresses per /24 and IPv6 per /48", () => {
+  assert.equal(networkKey("192.0.2.77"), "192.0.2.0/24");
+  assert.equal(networkKey(lockoutKey("2001:db8:1:2::5")), "2001:db8:1::/48");
+  assert.equal(networkKey("192.0.2.1"), networkKey("192.0.2.254"));
+  assert.notEqual(networkKey("192.0.2.1"), networkKey("192.0.3.1"));
 });

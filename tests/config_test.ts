@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { ConfigError, readConfig } from "../lib/config.ts";
+import { formatCidr } from "../lib/ip.ts";
 
 const env = (vars: Record<string, string>) => (name: string) => vars[name];
 
@@ -8,7 +9,7 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
     port: 8000,
     hostname: "0.0.0.0",
     store: { kind: "kv", path: "./data/keys.db" },
-    trustProxyHops: 0,
+    trustedProxies: [],
     lockout: { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 },
     tls: null,
   });
@@ -16,14 +17,17 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
 
 Deno.test("readConfig() takes the lock-out, proxy and TLS variables", () => {
   const config = readConfig(env({
-    TRUST_PROXY_HOPS: "2",
+    TRUSTED_PROXIES: "10.0.0.5, fd00::/64",
     LOCKOUT_MAX_FAILURES: "5",
     LOCKOUT_WINDOW_SECONDS: "30",
     LOCKOUT_SECONDS: "900",
     TLS_CERT_FILE: "./data/tls/cert.pem",
     TLS_KEY_FILE: "./data/tls/key.pem",
   }));
-  assert.equal(config.trustProxyHops, 2);
+  assert.deepEqual(config.trustedProxies.map(formatCidr), [
+    "10.0.0.5/32",
+    "fd00::/64",
+  ]);
   assert.deepEqual(config.lockout, {
     maxFailures: 5,
     windowSeconds: 30,
@@ -64,9 +68,14 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       /^LOCKOUT_MAX_FAILURES must be a whole number from 1/,
     ],
     [
-      { TRUST_PROXY_HOPS: "yes" },
-      /^TRUST_PROXY_HOPS must be a whole number from 0 to 16/,
+      { TRUST_PROXY_HOPS: "1" },
+      /^TRUST_PROXY_HOPS is no longer read, .* TRUSTED_PROXIES=10\.0\.0\.5\/32$/,
     ],
+    [
+      { TRUSTED_PROXIES: "10.0.0.1/8" },
+      /^TRUSTED_PROXIES must list addresses or CIDR ranges .*"10\.0\.0\.1\/8" is not one/,
+    ],
+    [{ TRUSTED_PROXIES: "proxy.local" }, /^TRUSTED_PROXIES must list/],
     [
       { TLS_CERT_FILE: "c.pem" },
       /^TLS_CERT_FILE and TLS_KEY_FILE must be set together; TLS_KEY_FILE is missing$/,

@@ -103,3 +103,63 @@ Deno.test("the stalest counting client is forgotten first when the tracker is fu
   assert.equal(t.fail("old"), null);
   assert.equal(t.retryAfter("old"), 0);
 });
+
+Deno.test("round-robin failures over 20 000 addresses in one /16 are still locked out, by network and then globally", () => {
+  // The attack that walked around the old tracker: every counter was evicted
+  // before it reached the threshold. 10 rounds over 20 000 addresses.
+  const { t } = tracker({ maxClients: 1_000 });
+  let refused = 0;
+  let counted = 0;
+  for (let round = 0; round < 10; round++) {
+    for (let i = 0; i < 20_000; i++) {
+      const address = `10.9.${i >> 8}.${i & 255}`;
+      if (t.retryAfter(address) > 0) refused++;
+      else {
+        t.fail(address);
+        counted++;
+      }
+    }
+  }
+  // Global budget: 100 × 3 failures a minute; network: 10 × 3 per /24.
+  assert.ok(
+    counted <= 300 + 30,
+    `${counted} failures got through to a key check`,
+  );
+  assert.ok(refused >= 199_000, `${refused} refused`);
+});
+
+Deno.test("a network lock spares addresses in it that authenticated lately", () => {
+  const { t } = tracker();
+  t.succeeded("192.0.2.1");
+  for (let i = 10; i < 60; i++) t.fail(`192.0.2.${i}`);
+  assert.ok(
+    t.retryAfter("192.0.2.200") > 0,
+    "a fresh address in the network waits",
+  );
+  assert.equal(t.retryAfter("192.0.2.1"), 0, "the honest client does not");
+  assert.equal(t.retryAfter("192.0.3.1"), 0, "nor does the next network");
+});
+
+Deno.test("the global budget closes the door to new addresses only while the failure rate stays high", () => {
+  const { t, advance } = tracker();
+  t.succeeded("203.0.113.1");
+  // 300 failures from 300 networks: no address or network reaches its threshold.
+  for (let i = 0; i < 300; i++) t.fail(`10.${i >> 8}.${i & 255}.1`);
+  assert.ok(t.retryAfter("198.51.100.1") > 0, "a new address waits");
+  assert.equal(t.retryAfter("203.0.113.1"), 0, "a known client is served");
+  advance(121);
+  assert.equal(
+    t.retryAfter("198.51.100.1"),
+    0,
+    "the door opens once the rate falls",
+  );
+});
+
+Deno.test("a locked address stays locked however many other addresses fail", () => {
+  const { t } = tracker({ maxClients: 50 });
+  for (let i = 0; i < 3; i++) t.fail("198.51.100.9");
+  for (let i = 0; i < 100_000; i++) {
+    t.fail(`10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`);
+  }
+  assert.ok(t.retryAfter("198.51.100.9") > 0);
+});
