@@ -11,6 +11,7 @@
 import { hashApiKey, isWellFormedApiKey } from "./api_key.ts";
 import type { KeyRecord, KeyStore } from "./store.ts";
 import { Coalesced } from "./_coalesce.ts";
+import { KeyIndex } from "./key_index.ts";
 
 /** The name of the header that carries the key. */
 export const API_KEY_HEADER = "X-API-Key";
@@ -38,18 +39,35 @@ interface Cached {
  * before the request was sent, by this process or any other sharing the
  * store, is always seen. The revision read is shared by all requests waiting
  * at that moment, so under load one small read serves many requests.
+ *
+ * Before the cache, an index of every stored hash, current to the same
+ * revision, refuses keys that exist nowhere: minting well-formed keys is
+ * free, so they must not cost a store read each.
  */
 export class KeyLookup {
   #store: KeyStore;
   #cache = new Map<string, Cached>();
   #maxEntries: number;
   #revision: Coalesced<bigint>;
+  #index: KeyIndex;
 
-  /** `maxEntries` bounds the cache; a flood of invented keys only evicts. */
-  constructor(store: KeyStore, options: { maxEntries?: number } = {}) {
+  /** `maxEntries` bounds the cache of records. */
+  constructor(
+    store: KeyStore,
+    options: { maxEntries?: number; index?: KeyIndex } = {},
+  ) {
     this.#store = store;
     this.#maxEntries = options.maxEntries ?? 100_000;
     this.#revision = new Coalesced(() => store.revision());
+    this.#index = options.index ?? new KeyIndex(store);
+  }
+
+  /**
+   * Builds the index ahead of the first request, so that it does not wait
+   * for it. A failure is left for the first request to meet again.
+   */
+  async warm(): Promise<void> {
+    await this.#index.mayExist("", await this.#revision.get());
   }
 
   /**
@@ -63,17 +81,21 @@ export class KeyLookup {
     }
     // A repeated header arrives folded as "a, b" and fails here too.
     if (!isWellFormedApiKey(header)) return { ok: false, reason: "malformed" };
-    const record = await this.#find(hashApiKey(header));
+    const hash = hashApiKey(header);
+    const revision = await this.#revision.get();
+    // An invented key stops here, at the cost of a hash and a Set lookup.
+    let known = this.#index.mayExist(hash, revision);
+    if (typeof known !== "boolean") known = await known;
+    if (!known) return { ok: false, reason: "unknown" };
+    const record = await this.#find(hash, revision);
     if (record === null) return { ok: false, reason: "unknown" };
     if (record.status !== "valid") return { ok: false, reason: "revoked" };
     return { ok: true, record };
   }
 
-  async #find(hash: string): Promise<KeyRecord | null> {
+  async #find(hash: string, revision: bigint): Promise<KeyRecord | null> {
     const cached = this.#cache.get(hash);
-    if (
-      cached !== undefined && cached.revision === await this.#revision.get()
-    ) {
+    if (cached !== undefined && cached.revision === revision) {
       return cached.record;
     }
     // Missing or stale: one snapshot read gives the record and its revision.

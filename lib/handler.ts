@@ -9,7 +9,7 @@
  * @module
  */
 
-import { hashApiKey, isWellFormedApiKey, KEY_PATTERN } from "./api_key.ts";
+import { KEY_PATTERN } from "./api_key.ts";
 import { API_KEY_HEADER, KeyLookup } from "./auth.ts";
 import { clientAddress, lockoutKey } from "./client_address.ts";
 import type { Cidr } from "./ip.ts";
@@ -106,6 +106,7 @@ export function createHandler(
   const log = options.log;
   const logRequest = options.logRequest;
   const lookup = new KeyLookup(store);
+  lookup.warm().catch(() => {});
   const lastUsed = options.lastUsed;
 
   async function connection(
@@ -121,15 +122,6 @@ export function createHandler(
     // Before any hashing or store read: a locked client costs almost nothing.
     const counted = lockoutKey(client);
     if (lockout.retryAfter(counted) > 0) return lockedOut(counted);
-    if (query !== "" && carriesCredential(query)) {
-      await noteExposure(query, client);
-      countOutcome("url_exposed");
-      return json(400, {
-        error: "key_in_url",
-        message:
-          `Send the key in the ${API_KEY_HEADER} header, never in the URL, where proxies and logs keep it`,
-      });
-    }
     const result = await lookup.authenticate(
       request.headers.get(API_KEY_HEADER),
     );
@@ -175,14 +167,34 @@ export function createHandler(
     }, { "retry-after": String(lockout.retryAfter(counted)) });
   }
 
-  /** Marks every valid key found in the query as exposed: the admin must rotate it. */
-  async function noteExposure(query: string, client: string): Promise<void> {
-    const text = safeDecode(query);
-    for (const candidate of text.match(KEY_ANYWHERE) ?? []) {
-      if (!isWellFormedApiKey(candidate)) continue;
+  /**
+   * Refuses a request that carries a credential anywhere in its URL, on any
+   * route, and marks every valid key found there as exposed: the admin must
+   * rotate it.
+   */
+  async function keyInUrl(
+    path: string,
+    query: string,
+    client: string,
+  ): Promise<Response> {
+    const text = `${safeDecode(path)} ${safeDecode(query)}`;
+    await noteExposure(text, client);
+    countOutcome("url_exposed");
+    return json(400, {
+      error: "key_in_url",
+      message:
+        `Send the key in the ${API_KEY_HEADER} header, never in the URL, where proxies and logs keep it`,
+    });
+  }
+
+  async function noteExposure(text: string, client: string): Promise<void> {
+    // A few at most: a URL stuffed with keys must not buy a read per key.
+    const candidates = (text.match(KEY_ANYWHERE) ?? []).slice(0, 4);
+    for (const candidate of candidates) {
       try {
-        const record = await store.findByHash(hashApiKey(candidate));
-        if (record === null || record.status !== "valid") continue;
+        const result = await lookup.authenticate(candidate);
+        if (!result.ok) continue;
+        const record = result.record;
         const marked = await store.markExposed(record.id, {
           actor: "server",
           from: client,
@@ -205,6 +217,9 @@ export function createHandler(
     seen: Seen,
   ): Promise<Response> {
     if (ROUTES.has(path)) seen.route = path;
+    if (pathCarriesKey(path) || (query !== "" && carriesCredential(query))) {
+      return await keyInUrl(path, query, client);
+    }
     switch (path) {
       case CONNECTION_PATH:
         return await connection(request, query, client, seen);
@@ -293,6 +308,12 @@ function splitTarget(url: string): { path: string; query: string } {
   return mark === -1
     ? { path: url.slice(start), query: "" }
     : { path: url.slice(start, mark), query: url.slice(mark + 1) };
+}
+
+function pathCarriesKey(path: string): boolean {
+  // Only a path with "isk_" or an escape can hold a key; most are routes.
+  return (path.includes("isk_") || path.includes("%")) &&
+    KEY_PATTERN.test(safeDecode(path));
 }
 
 function carriesCredential(query: string): boolean {

@@ -57,6 +57,7 @@ export const REVISION = ["revision"] as const;
 const auditKey = (revision: bigint) => ["audit", revision] as const;
 const lastUsedKey = (id: number) => ["last_used", id] as const;
 const IMPORTING = ["importing"] as const;
+const IMPORT_REVISION = ["import_revision"] as const;
 /** Mutations per atomic operation during an import, well under KV's limit. */
 const IMPORT_BATCH = 400;
 
@@ -220,6 +221,29 @@ export class KvKeyStore implements KeyStore {
 
   async revision(): Promise<bigint> {
     return (await this.#read<Deno.KvU64>(REVISION)).value?.value ?? 0n;
+  }
+
+  async *keyHashes(
+    options: { afterId?: number } = {},
+  ): AsyncIterable<{ id: number; hash: string }> {
+    const selector = options.afterId === undefined
+      ? { prefix: ["keys"] }
+      : { start: keyById(options.afterId + 1), end: ["keys", Infinity] };
+    try {
+      for await (
+        const entry of this.#kv.list<KeyRecord>(selector, { batchSize: 1000 })
+      ) {
+        yield { id: entry.value.id, hash: entry.value.hash };
+      }
+    } catch (error) {
+      throw new StoreUnavailableError("The key store cannot be read", {
+        cause: error,
+      });
+    }
+  }
+
+  async importRevision(): Promise<bigint> {
+    return (await this.#read<Deno.KvU64>(IMPORT_REVISION)).value?.value ?? 0n;
   }
 
   async findByHashAt(

@@ -312,6 +312,25 @@ export class PostgresKeyStore implements KeyStore {
     };
   }
 
+  async *keyHashes(
+    options: { afterId?: number } = {},
+  ): AsyncIterable<{ id: number; hash: string }> {
+    let after = options.afterId ?? 0;
+    for (;;) {
+      const rows = await this.#read(() =>
+        this.#sql<{ id: string; hash: string }[]>`
+          SELECT id, hash FROM keys WHERE id > ${after} ORDER BY id LIMIT 5000`
+      );
+      for (const row of rows) yield { id: Number(row.id), hash: row.hash };
+      if (rows.length < 5000) return;
+      after = Number(rows[rows.length - 1].id);
+    }
+  }
+
+  importRevision(): Promise<bigint> {
+    return Promise.resolve(0n);
+  }
+
   async revision(): Promise<bigint> {
     const [row] = await this.#read(() =>
       this.#sql<{ revision: string }[]>`SELECT revision FROM meta`

@@ -123,6 +123,19 @@ export interface KeyStore {
    */
   revision(): Promise<bigint>;
   /**
+   * Every key, valid or revoked, with an id above `afterId`, in id order:
+   * what an in-memory index of the keys needs, hashes only.
+   */
+  keyHashes(
+    options?: { afterId?: number },
+  ): AsyncIterable<{ id: number; hash: string }>;
+  /**
+   * The revision at which the set of keys was last replaced wholesale (an
+   * import, finished or failed); 0 when never. An index at revision R must
+   * rebuild when this is above R, as imported ids need not be new.
+   */
+  importRevision(): Promise<bigint>;
+  /**
    * `findByHash()` together with the revision the record was read at, in one
    * consistent read: the pair a cache needs.
    */

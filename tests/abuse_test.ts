@@ -188,6 +188,45 @@ Deno.test("a key in the URL is refused with 400, never authenticated, and shows 
   );
 });
 
+Deno.test("a key in the URL path, plain or percent-encoded, on any route, is refused with 400 and marked exposed", async () => {
+  using dir = tempDir();
+  const server = await startServer(dir.path);
+  const leaked = await createKey(dir.path, "path-leaker");
+  const other = await createKey(dir.path, "bystander");
+  const escaped = leaked.key.replace("_", "%5F").replace(
+    /A|B|c/,
+    (c) => `%${c.charCodeAt(0).toString(16)}`,
+  );
+  const targets = [
+    `${ROUTE}/${leaked.key}`,
+    `/api/v1/keys/${leaked.key}`,
+    `/${escaped}`,
+    `/api/v1/health/live/${leaked.key}`,
+  ];
+  try {
+    for (const target of targets) {
+      const response = await request(`${server.url}${target}`, {
+        headers: { "X-API-Key": other.key },
+      });
+      assert.equal(response.status, 400, target.slice(0, 20));
+      assert.equal((await response.json()).error, "key_in_url");
+    }
+  } finally {
+    await server.stop();
+  }
+  const show = JSON.parse(
+    (await keys(dir.path, ["show", "path-leaker", "--json"])).stdout,
+  );
+  assert.equal(show.exposedFrom, "127.0.0.1");
+  const bystander = JSON.parse(
+    (await keys(dir.path, ["show", "bystander", "--json"])).stdout,
+  );
+  assert.equal(bystander.exposedAt, null);
+  // The request log never holds the key, in any spelling.
+  assert.ok(!server.output().includes(leaked.key.slice(4)));
+  assert.ok(!server.output().includes(escaped.slice(6)));
+});
+
 Deno.test("30+ hostile or malformed requests each get their expected status, and a valid request still gets 200 after each", async () => {
   using dir = tempDir();
   await using server = await startServer(dir.path, {
@@ -488,7 +527,11 @@ Deno.test("the server logs one JSON line per request and never a key, the X-API-
   assert.equal(await call(ROUTE, revoked.key), 401);
   assert.equal(await call(`${ROUTE}?api_key=${leaked.key}`), 400);
   assert.equal(await call(`${ROUTE}?q=${leaked.key}`, valid.key), 400);
-  assert.equal(await call(`/api/v1/${leaked.key}`), 404);
+  assert.equal(
+    await call(`/api/v1/${leaked.key}`),
+    400,
+    "a key in the path is refused",
+  );
   for (let i = 0; i < 6; i++) await call(ROUTE, forged);
   assert.equal(await call(ROUTE, valid.key), 429);
   assert.equal(await server.stop(), 0);

@@ -35,6 +35,9 @@ Deno.test("with OTEL_DENO=true, spans carry http.route and the key id, counters 
     const inUrl = await request(`${server.url}${ROUTE}?api_key=${leaked.key}`);
     await inUrl.body?.cancel();
     assert.equal(inUrl.status, 400);
+    const inPath = await request(`${server.url}${ROUTE}/${leaked.key}`);
+    await inPath.body?.cancel();
+    assert.equal(inPath.status, 400);
     assert.equal((await check(server.url, "not-a-key")).status, 401);
     assert.equal(
       (await check(server.url, `isk_${"A".repeat(36)}`)).status,
@@ -77,7 +80,7 @@ Deno.test("with OTEL_DENO=true, spans carry http.route and the key id, counters 
   for (const line of leakedLines) {
     assert.match(
       line,
-      /^\s+url\.(full|query): /,
+      /^\s+url\.(full|query|path): /,
       "a key reached telemetry outside Deno's url attributes",
     );
   }
