@@ -111,7 +111,6 @@ export function createHandler(
 
   async function connection(
     request: Request,
-    query: string,
     client: string,
     seen: Seen,
   ): Promise<Response> {
@@ -222,7 +221,7 @@ export function createHandler(
     }
     switch (path) {
       case CONNECTION_PATH:
-        return await connection(request, query, client, seen);
+        return await connection(request, client, seen);
       case LIVE_PATH:
         return probe(request, async () => {});
       case READY_PATH:
