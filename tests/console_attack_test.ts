@@ -274,6 +274,20 @@ Deno.test("a key whose name an older console let through is rotated and revoked 
   assert.match(again.stderr, /^Key 2 "site-2\\u001b\]52;.*already revoked/);
 });
 
+Deno.test("a hostile USER reaches the audit log escaped and bounded", async () => {
+  using dir = tempDir();
+  await createKey(dir.path, "berlin", "ops@example.com", {
+    USER: `${HOSTILE}${"u".repeat(300)}`,
+  });
+  const json = await keys(dir.path, ["audit", "--json"]);
+  const [entry] = JSON.parse(json.stdout);
+  assert.ok(!hasControlCharacters(entry.actor), entry.actor);
+  assert.ok([...entry.actor].length <= ACTOR_MAX, entry.actor);
+  assert.ok(entry.actor.startsWith("\\u001b]52;c;"), entry.actor);
+  const text = await keys(dir.path, ["audit"]);
+  assertHarmless(text.stdout, "audit");
+});
+
 /** A fake installation on loopback that answers every check with this e-mail. */
 function hostileServer(email: string): { url: string } & AsyncDisposable {
   const server = Deno.serve(
