@@ -286,6 +286,8 @@ const COMMANDS: Record<string, Command> = {
       "",
       "The new key is printed once, on stdout; messages and the question go",
       "to stderr, so NEW=$(deno task keys rotate KEY) captures only the key.",
+      "The old key stays valid until the new one is written: if stdout does not",
+      "take it (the reader has exited), nothing changes and the command exits 1.",
       ...CONFIRM_NOTES.slice(1),
     ],
     async run(ctx) {
