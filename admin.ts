@@ -19,11 +19,15 @@ import { generateApiKey } from "./lib/api_key.ts";
 import { ConfigError, processEnv, readStoreLocation } from "./lib/config.ts";
 import {
   type AuditEntry,
+  cannotRotateRevoked,
+  keyCollision,
   keyNotFound,
   type KeyRecord,
   type KeyStore,
+  normalizeActor,
   normalizeEmail,
   normalizeName,
+  normalizeReason,
   openStore,
   publicRecord,
   StoreInputError,
@@ -38,6 +42,7 @@ import {
   type Tone,
   wantsColour,
 } from "./lib/_console_format.ts";
+import { escapeControlCharacters } from "./lib/_control_characters.ts";
 
 /** A wrong command line: exit code 2. */
 class UsageError extends Error {}
@@ -126,21 +131,8 @@ const COMMANDS: Record<string, Command> = {
     positionals: [0, 0],
     notes: ["", "The key is printed once, on stdout; messages go to stderr."],
     async run({ store, values, json, out, actor }) {
-      const name = required(values, "name");
-      const email = required(values, "email");
-      // Bad input is a usage error (exit 2), caught before the store is touched.
-      try {
-        normalizeName(name);
-        normalizeEmail(email);
-      } catch (error) {
-        throw new UsageError(
-          `--${
-            error instanceof Error && error.message.startsWith("Email")
-              ? "email"
-              : "name"
-          }: ${error instanceof Error ? error.message : error}`,
-        );
-      }
+      const name = checked(normalizeName, required(values, "name"));
+      const email = checked(normalizeEmail, required(values, "email"));
       const fresh = generateApiKey();
       const record = await store.create({
         name,
@@ -148,13 +140,22 @@ const COMMANDS: Record<string, Command> = {
         hash: fresh.hash,
         hint: fresh.hint,
       }, { actor });
-      out.line(
-        json
-          ? JSON.stringify({ ...publicRecord(record), key: fresh.key })
-          : fresh.key,
-      );
-      console.error(
-        `Created key ${record.id} "${record.name}" for ${record.email}.\n${STORE_WARNING}`,
+      // Stored first, so that a key on stdout always works; a key nobody
+      // received is revoked again, which touches no other key.
+      try {
+        out.deliver(
+          (json
+            ? jsonText({ ...publicRecord(record), key: fresh.key })
+            : fresh.key) +
+            "\n",
+        );
+      } catch (error) {
+        throw await undeliveredCreate(store, record, { error, actor });
+      }
+      report(
+        `Created key ${named(record)} for ${
+          visible(record.email)
+        }.\n${STORE_WARNING}`,
       );
     },
   },
@@ -179,7 +180,7 @@ const COMMANDS: Record<string, Command> = {
         out.write("[");
         let first = true;
         for await (const record of records) {
-          out.write((first ? "" : ",") + JSON.stringify(publicRecord(record)));
+          out.write((first ? "" : ",") + jsonText(publicRecord(record)));
           first = false;
         }
         out.line("]");
@@ -207,18 +208,18 @@ const COMMANDS: Record<string, Command> = {
         }
       }
       out.flush();
-      console.error(
+      report(
         `${count} ${all ? "" : "valid "}key${count === 1 ? "" : "s"}`,
       );
       if (exposed.length > 0) {
-        console.error(
+        report(
           `Sent in a URL, where proxies and logs may keep them: ${
             exposed.join(", ")
           }; rotate each with "keys rotate KEY"`,
         );
       }
       if (dropped.length > 0) {
-        console.error(
+        report(
           `Left out to fit the terminal: ${
             dropped.join(", ")
           }; widen it, or use "keys show KEY" or --json`,
@@ -250,26 +251,28 @@ const COMMANDS: Record<string, Command> = {
     notes: CONFIRM_NOTES,
     async run(ctx) {
       const { store, values, positionals, actor } = ctx;
+      const reason = typeof values.reason === "string"
+        ? checked(normalizeReason, values.reason)
+        : undefined;
       const target = await resolve(store, positionals[0]);
       if (target.status === "valid") {
         await confirm(ctx, {
           question: `Revoke key ${describe(target)}? ` +
             "The next request with it gets 401.",
-          declined: `Key ${target.id} "${target.name}" was not revoked; ` +
+          declined: `Key ${named(target)} was not revoked; ` +
             "answer y to revoke it, or pass --yes",
         });
       }
-      const reason = typeof values.reason === "string"
-        ? values.reason
-        : undefined;
       const { record, changed } = await store.revoke(target.id, {
         actor,
         reason,
       });
-      console.error(
+      report(
         changed
-          ? `Revoked key ${record.id} "${record.name}": the next request with it gets 401.`
-          : `Key ${record.id} "${record.name}" was already revoked at ${record.revokedAt}; nothing changed.`,
+          ? `Revoked key ${named(record)}: the next request with it gets 401.`
+          : `Key ${
+            named(record)
+          } was already revoked at ${record.revokedAt}; nothing changed.`,
       );
       printRecord(ctx, record);
     },
@@ -283,35 +286,65 @@ const COMMANDS: Record<string, Command> = {
       "",
       "The new key is printed once, on stdout; messages and the question go",
       "to stderr, so NEW=$(deno task keys rotate KEY) captures only the key.",
+      "The old key stays valid until the new one is written: if stdout does not",
+      "take it (the reader has exited), nothing changes and the command exits 1.",
       ...CONFIRM_NOTES.slice(1),
     ],
     async run(ctx) {
       const { store, positionals, json, out, actor } = ctx;
       const target = await resolve(store, positionals[0]);
-      // A revoked key cannot be rotated: let the store say so without asking first.
-      if (target.status === "valid") {
-        await confirm(ctx, {
-          question: `Rotate key ${describe(target)}? ` +
-            "It is revoked at once: requests with it get 401 until the installation has the new key.",
-          declined: `Key ${target.id} "${target.name}" was not rotated; ` +
-            "answer y to rotate it, or pass --yes",
-        });
-      }
+      // A revoked key cannot be rotated: say so without asking, or writing a key.
+      if (target.status !== "valid") throw cannotRotateRevoked(target.id);
+      await confirm(ctx, {
+        question: `Rotate key ${describe(target)}? ` +
+          "It is revoked at once: requests with it get 401 until the installation has the new key.",
+        declined: `Key ${named(target)} was not rotated; ` +
+          "answer y to rotate it, or pass --yes",
+      });
       const fresh = generateApiKey();
-      const { revoked, created } = await store.rotate(target.id, fresh, {
+      if (await store.findByHash(fresh.hash) !== null) throw keyCollision();
+      // The old key must work until the new one is out, and the store holds
+      // one valid key per name: so the key is written first, and the value is
+      // finished (the newline, the rest of the JSON) only once the store has
+      // swapped the keys. A reader that waits for a whole line or a whole
+      // JSON value never takes a key the store does not hold.
+      try {
+        out.deliver(json ? `{"key":${JSON.stringify(fresh.key)},` : fresh.key);
+      } catch (error) {
+        throw new CommandError(
+          `Key ${
+            named(target)
+          } was not rotated: its replacement could not be written to stdout (${
+            writeFailure(error)
+          }); nothing changed and key ${target.id} is still valid; run the command again with stdout to a terminal, a file or a live pipe`,
+        );
+      }
+      const { revoked, created } = await rotateAfterWrite(store, target, {
+        fresh,
         actor,
       });
-      out.line(
-        json
-          ? JSON.stringify({
-            ...publicRecord(created),
-            key: fresh.key,
-            replaces: publicRecord(revoked),
-          })
-          : fresh.key,
-      );
-      console.error(
-        `Revoked key ${revoked.id} and created key ${created.id} "${created.name}" for ${created.email}.\n${STORE_WARNING}`,
+      try {
+        out.deliver(
+          json
+            ? jsonText({
+              ...publicRecord(created),
+              replaces: publicRecord(revoked),
+            }).slice(1) + "\n"
+            : "\n",
+        );
+      } catch (error) {
+        throw new CommandError(
+          `Key ${target.id} was rotated into key ${
+            named(created)
+          }, but stdout closed before the new key was complete (${
+            writeFailure(error)
+          }); if whatever read stdout did not keep the new key, rotate key ${created.id} again`,
+        );
+      }
+      report(
+        `Revoked key ${revoked.id} and created key ${named(created)} for ${
+          visible(created.email)
+        }.\n${STORE_WARNING}`,
       );
     },
   },
@@ -328,7 +361,7 @@ const COMMANDS: Record<string, Command> = {
       if (json) {
         const all: AuditEntry[] = [];
         for await (const entry of entries) all.push(entry);
-        out.line(JSON.stringify(all));
+        out.line(jsonText(all));
         return;
       }
       out.line(headingLine(AUDIT_COLUMNS));
@@ -461,11 +494,11 @@ const TIME_FIELDS = new Set([
 
 function printRecord(ctx: Context, record: KeyRecord): void {
   if (ctx.json) {
-    ctx.out.line(JSON.stringify(publicRecord(record)));
+    ctx.out.line(jsonText(publicRecord(record)));
     return;
   }
   for (const [field, value] of Object.entries(publicRecord(record))) {
-    let text = value === null ? "" : String(value);
+    let text = value === null ? "" : visible(String(value));
     if (field === "lastUsedAt" && value === null) text = "never";
     else if (TIME_FIELDS.has(field) && typeof value === "string") {
       text = `${value} (${relativeTime(value, { now: ctx.now })})`;
@@ -478,7 +511,129 @@ function printRecord(ctx: Context, record: KeyRecord): void {
 }
 
 function describe(record: KeyRecord): string {
-  return `${record.id} "${record.name}" (${record.email})`;
+  return `${named(record)} (${visible(record.email)})`;
+}
+
+/** A key as messages name it: its id and its name, quoted and made harmless. */
+function named(record: KeyRecord): string {
+  return `${record.id} "${visible(record.name)}"`;
+}
+
+/**
+ * A stored field as the console shows it: control and bidirectional
+ * characters, newlines included, as visible `\uXXXX` escapes.
+ */
+function visible(text: string): string {
+  return escapeControlCharacters(text);
+}
+
+/** JSON for stdout: exact JSON still, with nothing a terminal would act on. */
+function jsonText(value: unknown): string {
+  return escapeControlCharacters(JSON.stringify(value));
+}
+
+/**
+ * A message on stderr. Every line passes the same filter as stored fields,
+ * so that a name quoted by a store error cannot steer the terminal either.
+ */
+function report(text: string): void {
+  console.error(safeLines(text));
+}
+
+function safeLines(text: string): string {
+  return text.split("\n").map(escapeControlCharacters).join("\n");
+}
+
+/**
+ * Input the admin typed, checked before the store is touched: a refusal is
+ * a usage error (exit 2) naming the option.
+ */
+function checked(normalize: (text: string) => string, text: string): string {
+  try {
+    return normalize(text);
+  } catch (error) {
+    if (error instanceof StoreInputError && error.field !== undefined) {
+      throw new UsageError(`--${error.field}: ${error.message}`);
+    }
+    throw error;
+  }
+}
+
+/** Why stdout did not take a write, for a message. */
+function writeFailure(error: unknown): string {
+  if (error instanceof Deno.errors.BrokenPipe) {
+    return "the program reading it has exited";
+  }
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * The failure of a create whose key could not be written: the key is
+ * revoked again, as nobody has it, and the message says what the store
+ * holds now.
+ */
+async function undeliveredCreate(
+  store: KeyStore,
+  record: KeyRecord,
+  options: { error: unknown; actor: string },
+): Promise<CommandError> {
+  const cause = writeFailure(options.error);
+  const again =
+    "run the command again with stdout to a terminal, a file or a live pipe";
+  try {
+    await store.revoke(record.id, {
+      actor: options.actor,
+      reason: "not delivered",
+    });
+  } catch (error) {
+    return new CommandError(
+      `Key ${record.id} was created but could not be written to stdout (${cause}), and revoking it failed (${
+        failure(error)
+      }); nobody has this key: revoke it with "keys revoke ${record.id} --reason 'not delivered'", then ${again}`,
+    );
+  }
+  return new CommandError(
+    `Key ${record.id} was created but could not be written to stdout (${cause}); it has been revoked and no other key changed; ${again}`,
+  );
+}
+
+/**
+ * The store's rotation, once the new key is on stdout. When the store
+ * fails, the key written is not stored unless the store says otherwise, so
+ * the message reads back what the store holds.
+ */
+async function rotateAfterWrite(
+  store: KeyStore,
+  target: KeyRecord,
+  options: { fresh: { hash: string; hint: string }; actor: string },
+): Promise<{ revoked: KeyRecord; created: KeyRecord }> {
+  try {
+    return await store.rotate(target.id, options.fresh, {
+      actor: options.actor,
+    });
+  } catch (error) {
+    const cause = failure(error);
+    let state: string;
+    try {
+      // A commit whose answer was lost may still have happened.
+      const created = await store.findByHash(options.fresh.hash);
+      const old = await store.get(target.id);
+      if (created !== null && old !== null) {
+        return { revoked: old, created };
+      }
+      state = old?.status === "valid"
+        ? `key ${target.id} is unchanged and still valid`
+        : `key ${target.id} is now ${
+          old?.status ?? "gone"
+        }, changed by someone else`;
+    } catch {
+      state =
+        `the store cannot say whether key ${target.id} is still valid; run "keys show ${target.id}" once it answers`;
+    }
+    throw new CommandError(
+      `The key written to stdout was not stored and does not work (${cause}); discard it; ${state}; run the command again`,
+    );
+  }
 }
 
 /**
@@ -491,7 +646,7 @@ async function confirm(
   text: { question: string; declined: string },
 ): Promise<void> {
   if (ctx.values.yes === true || !ctx.interactive) return;
-  await writeAll(Deno.stderr, `${text.question} [y/N] `);
+  await writeAll(Deno.stderr, `${safeLines(text.question)} [y/N] `);
   const answer = await readAnswer();
   if (answer === null) await writeAll(Deno.stderr, "\n");
   if (!/^\s*y(es)?\s*$/i.test(answer ?? "")) {
@@ -548,6 +703,18 @@ class Output {
 
   line(text: string): void {
     this.write(text + "\n");
+  }
+
+  /**
+   * Writes text now, with whatever is pending, and throws when stdout does
+   * not take all of it: for a key, whose loss must not pass unnoticed.
+   */
+  deliver(text: string): void {
+    const bytes = this.#encoder.encode(this.#chunks.join("") + text);
+    this.#chunks = [];
+    this.#size = 0;
+    if (this.#closed) throw new Deno.errors.BrokenPipe("stdout is closed");
+    writeAllSync(Deno.stdout, bytes);
   }
 
   flush(): void {
@@ -674,6 +841,7 @@ function parse(args: string[]): {
   };
 }
 
+/** The OS user and host, made safe and bounded for the audit log. */
 function actor(): string {
   let user = processEnv("USER") ?? processEnv("LOGNAME");
   let host = "unknown";
@@ -685,7 +853,7 @@ function actor(): string {
     // Without --allow-sys the audit still records what it could.
   }
   user ??= "unknown";
-  return `${user}@${host}`;
+  return normalizeActor(`${user}@${host}`);
 }
 
 /** Runs the console with the given arguments; returns the exit code. */
@@ -717,10 +885,10 @@ export async function main(args: string[]): Promise<number> {
       error instanceof UsageError ||
       (error instanceof BackupError && error.usage)
     ) {
-      console.error(error.message);
+      report(error.message);
       return 2;
     }
-    console.error(failure(error));
+    report(failure(error));
     return 1;
   } finally {
     out.flush();

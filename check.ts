@@ -22,6 +22,7 @@
  */
 
 import { isWellFormedApiKey, KEY_LENGTH, KEY_PATTERN } from "./lib/api_key.ts";
+import { escapeControlCharacters } from "./lib/_control_characters.ts";
 
 /** The route this check calls, below the base URL. */
 export const CONNECTION_ROUTE = "/api/v1/integration/connection";
@@ -594,7 +595,11 @@ function retryAfterSeconds(header: string | null): number | null {
     : null;
 }
 
-/** The first line: the state, the summary and, where measured, performance data. */
+/**
+ * The first line: the state, the summary and, where measured, performance
+ * data. Text the server sent (an e-mail, an error) is part of the summary,
+ * so control and bidirectional characters are shown as `\uXXXX` escapes.
+ */
 export function formatFirstLine(outcome: CheckOutcome): string {
   const perf: string[] = [];
   if (
@@ -609,11 +614,13 @@ export function formatFirstLine(outcome: CheckOutcome): string {
   if (outcome.roundTripSeconds !== null) {
     perf.push(`rtt=${outcome.roundTripSeconds.toFixed(6)}s;;;0`);
   }
-  return `CONNECTION ${outcome.state} - ${outcome.summary}` +
-    (perf.length === 0 ? "" : ` | ${perf.join(" ")}`);
+  return escapeControlCharacters(
+    `CONNECTION ${outcome.state} - ${outcome.summary}` +
+      (perf.length === 0 ? "" : ` | ${perf.join(" ")}`),
+  );
 }
 
-/** The lines after the first: every measurement, then the advice. */
+/** The lines after the first: every measurement, then the advice, escaped as the first. */
 export function formatDetails(outcome: CheckOutcome): string[] {
   const lines: string[] = [];
   const add = (label: string, value: string) =>
@@ -649,7 +656,7 @@ export function formatDetails(outcome: CheckOutcome): string[] {
     add("retry after", `${outcome.retryAfterSeconds} s`);
   }
   if (outcome.advice !== null) add("what to do", outcome.advice);
-  return lines;
+  return lines.map(escapeControlCharacters);
 }
 
 /** Options of {@linkcode main}. */
@@ -700,7 +707,8 @@ export async function main(
   }
   emit(
     json
-      ? JSON.stringify(outcome)
+      // Still exact JSON: the escapes are JSON's own.
+      ? escapeControlCharacters(JSON.stringify(outcome))
       : [formatFirstLine(outcome), ...formatDetails(outcome)].join("\n"),
   );
   return outcome.exitCode;

@@ -4,8 +4,14 @@
  * Widths are therefore decided up front, from the headings and the terminal,
  * never from the data.
  *
+ * Every cell is shown with control and bidirectional characters escaped
+ * (see `_control_characters.ts`): a table shows stored fields, and a stored
+ * field must not move the cursor, recolour the screen or reorder a line.
+ *
  * @module
  */
+
+import { escapeControlCharacters } from "./_control_characters.ts";
 
 /** One column: heading, width, and how to take the cell from a row. */
 export interface Column<T> {
@@ -105,7 +111,7 @@ function line<T>(
   options: LineOptions<T>,
 ): string {
   return columns.map((column, i) => {
-    const flat = text(column).replace(/\s+/g, " ");
+    const flat = escapeControlCharacters(text(column)).replace(/\s+/g, " ");
     const chars = [...flat];
     const cut = chars.length > column.width
       ? chars.slice(0, column.width - 1).join("") + "…"

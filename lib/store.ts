@@ -9,6 +9,10 @@
  */
 
 import type { StoreLocation } from "./config.ts";
+import {
+  escapeControlCharacters,
+  hasControlCharacters,
+} from "./_control_characters.ts";
 
 /** The two states of the specification: usable, or revoked for good. */
 export type KeyStatus = "valid" | "revoked";
@@ -163,9 +167,19 @@ export interface KeyStore {
   close(): Promise<void>;
 }
 
+/** The admin-supplied field an input error is about. */
+export type InputField = "name" | "email" | "reason";
+
 /** A request the store refuses; its message is meant for the admin as is. */
 export class StoreInputError extends Error {
   override name = "StoreInputError";
+  /** The field at fault when the error is about one, so callers need not read the message. */
+  readonly field: InputField | undefined;
+
+  constructor(message: string, options: { field?: InputField } = {}) {
+    super(message);
+    this.field = options.field;
+  }
 }
 
 /** No key has the id or name asked for. */
@@ -225,26 +239,61 @@ export class StoreUnavailableError extends Error {
   override name = "StoreUnavailableError";
 }
 
-const NAME_MAX = 64;
-const EMAIL_MAX = 254;
+/** The longest name, in characters (code points after NFC). */
+export const NAME_MAX = 64;
+/** The longest e-mail address, in UTF-16 units (RFC 5321's 254). */
+export const EMAIL_MAX = 254;
+/** The longest revocation reason, in characters. */
+export const REASON_MAX = 500;
+/** The longest audit actor (user@host), in characters. */
+export const ACTOR_MAX = 128;
 
-/** Checks and tidies a key name; throws {@linkcode StoreInputError} when unusable. */
-export function normalizeName(name: string): string {
+/**
+ * The checks a stored name already passed: the name's identity for the
+ * uniqueness index must never fail on a record the store holds, so the
+ * rules added since (no bidirectional controls) live in normalizeName only.
+ */
+function tidyName(name: string): string {
   const tidy = name.normalize("NFC").trim();
   if (tidy === "") {
-    throw new StoreInputError("Name must not be empty; name the installation");
+    throw new StoreInputError(
+      "Name must not be empty; name the installation",
+      { field: "name" },
+    );
   }
   if ([...tidy].length > NAME_MAX) {
-    throw new StoreInputError(`Name must be at most ${NAME_MAX} characters`);
+    throw new StoreInputError(
+      `Name must be at most ${NAME_MAX} characters; shorten it`,
+      { field: "name" },
+    );
   }
   // deno-lint-ignore no-control-regex
   if (/[\u0000-\u001f\u007f-\u009f]/.test(tidy)) {
-    throw new StoreInputError("Name must not contain control characters");
+    throw new StoreInputError("Name must not contain control characters", {
+      field: "name",
+    });
   }
   if (/^\d+$/.test(tidy)) {
     // A key is referred to by id or by name; an all-digit name would be ambiguous.
     throw new StoreInputError(
       "Name must not be all digits, as digits refer to a key id",
+      { field: "name" },
+    );
+  }
+  return tidy;
+}
+
+/**
+ * Checks and tidies a new key name: at most {@linkcode NAME_MAX} characters,
+ * not empty, not all digits, no control or bidirectional characters; throws
+ * {@linkcode StoreInputError} when unusable.
+ */
+export function normalizeName(name: string): string {
+  const tidy = tidyName(name);
+  if (hasControlCharacters(tidy)) {
+    throw new StoreInputError(
+      "Name must not contain control or bidirectional characters",
+      { field: "name" },
     );
   }
   return tidy;
@@ -252,24 +301,74 @@ export function normalizeName(name: string): string {
 
 /** The form in which names are compared for uniqueness. */
 export function nameKey(name: string): string {
-  return normalizeName(name).toLowerCase();
+  return tidyName(name).toLowerCase();
 }
 
-/** Checks an e-mail address; throws {@linkcode StoreInputError} when unusable. */
+/**
+ * Checks an e-mail address: at most {@linkcode EMAIL_MAX} characters, no
+ * spaces, control or bidirectional characters; throws
+ * {@linkcode StoreInputError} when unusable.
+ */
 export function normalizeEmail(email: string): string {
   const tidy = email.trim();
   // Deliberately practical: one @, a dotted domain, no spaces or control characters.
   const ok = tidy.length <= EMAIL_MAX &&
     /^[^\s@\p{Cc}]{1,64}@[^\s@\p{Cc}]+\.[^\s@\p{Cc}.]{2,}$/u.test(tidy) &&
-    !tidy.includes("..");
+    !tidy.includes("..") && !hasControlCharacters(tidy);
   if (!ok) {
     throw new StoreInputError(
-      `Email must be an address such as ops@example.com, not ${
-        JSON.stringify(email)
-      }`,
+      `Email must be an address such as ops@example.com of at most ${EMAIL_MAX} characters, not ${
+        // The refused value is shown, but never as the terminal would act on it.
+        escapeControlCharacters(JSON.stringify(shortened(email, 80)))}`,
+      { field: "email" },
     );
   }
   return tidy;
+}
+
+/**
+ * Checks a revocation reason: at most {@linkcode REASON_MAX} characters, not
+ * blank, no control or bidirectional characters (one line, shown as is in
+ * listings); throws {@linkcode StoreInputError} when unusable.
+ */
+export function normalizeReason(reason: string): string {
+  const tidy = reason.normalize("NFC").trim();
+  if (tidy === "") {
+    throw new StoreInputError(
+      "Reason must not be empty; say why, or leave the reason out",
+      { field: "reason" },
+    );
+  }
+  if ([...tidy].length > REASON_MAX) {
+    throw new StoreInputError(
+      `Reason must be at most ${REASON_MAX} characters; shorten it`,
+      { field: "reason" },
+    );
+  }
+  if (hasControlCharacters(tidy)) {
+    throw new StoreInputError(
+      "Reason must not contain control or bidirectional characters; write it on one line",
+      { field: "reason" },
+    );
+  }
+  return tidy;
+}
+
+/**
+ * Who made a change, as the audit log keeps it. It comes from the
+ * environment (USER, the host name), which the admin does not type and
+ * should not be refused for, so it is made safe instead: control and
+ * bidirectional characters escaped, cut to {@linkcode ACTOR_MAX} characters.
+ */
+export function normalizeActor(actor: string): string {
+  return shortened(escapeControlCharacters(actor.trim()), ACTOR_MAX) ||
+    "unknown";
+}
+
+/** Text cut to `max` characters, the last one an ellipsis when cut. */
+function shortened(text: string, max: number): string {
+  const chars = [...text];
+  return chars.length <= max ? text : chars.slice(0, max - 1).join("") + "…";
 }
 
 /** A new valid record: the one shape every store creates. */
