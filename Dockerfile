@@ -13,10 +13,11 @@ ENV DENO_NO_UPDATE_CHECK=1
 
 WORKDIR /app
 
-# The store lives on the /data volume, owned by the non-root deno user. The
+# The store lives on the /data volume, owned by the non-root deno user and
+# private to it (0700; the service also makes its files 0600). The
 # start command may touch only ./data, so /app/data points there, and the
 # flags stay exactly those of `deno task start`.
-RUN mkdir /data && chown deno:deno /data && ln -s /data /app/data
+RUN mkdir -m 0700 /data && chown deno:deno /data && ln -s /data /app/data
 
 USER deno
 

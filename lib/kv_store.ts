@@ -61,15 +61,34 @@ const IMPORT_REVISION = ["import_revision"] as const;
 /** Mutations per atomic operation during an import, well under KV's limit. */
 const IMPORT_BATCH = 400;
 
-/** Opens (creating its folder when missing) a KV store at a path, ":memory:" or URL. */
+/**
+ * Opens (creating its folder when missing) a KV store at a path, ":memory:"
+ * or URL. A file store is made private whatever the umask: its folder 0700,
+ * the file and SQLite's companions 0600, as they hold every key's hash and
+ * every integrator's e-mail.
+ */
 export async function openKvStore(path: string): Promise<KvKeyStore> {
-  if (path !== ":memory:" && !/^https?:\/\//.test(path)) {
-    const folder = path.includes("/")
-      ? path.slice(0, path.lastIndexOf("/"))
-      : "";
-    if (folder !== "") await Deno.mkdir(folder, { recursive: true });
+  if (path === ":memory:" || /^https?:\/\//.test(path)) {
+    return new KvKeyStore(await Deno.openKv(path));
   }
-  return new KvKeyStore(await Deno.openKv(path));
+  const folder = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
+  if (folder !== "") {
+    await Deno.mkdir(folder, { recursive: true, mode: 0o700 });
+    await Deno.chmod(folder, 0o700);
+  }
+  // Created before SQLite opens it, so it is never readable by others even
+  // for a moment; SQLite then gives -wal and -shm the file's own mode.
+  (await Deno.open(path, { create: true, write: true, mode: 0o600 })).close();
+  await Deno.chmod(path, 0o600);
+  const kv = await Deno.openKv(path);
+  for (const companion of [`${path}-wal`, `${path}-shm`, `${path}-journal`]) {
+    try {
+      await Deno.chmod(companion, 0o600);
+    } catch (error) {
+      if (!(error instanceof Deno.errors.NotFound)) throw error;
+    }
+  }
+  return new KvKeyStore(kv);
 }
 
 /** {@linkcode KeyStore} on Deno KV. */
