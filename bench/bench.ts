@@ -18,6 +18,10 @@
  * runs with DATABASE_URL; the user in the URL must be allowed to create
  * databases.
  *
+ * With the largest store it also measures valid-key throughput under a
+ * flood of invented keys against an equal flood of malformed ones
+ * (bench/flood.ts).
+ *
  * Environment: BENCH_SECONDS (5 per row), BENCH_SIZES ("1,10000,100000"),
  * BENCH_CONNECTIONS ("1,32,128"), BENCH_DATABASE_URL (unset: Deno KV),
  * BENCH_OUTPUT (bench/results.md, or bench/results_postgres.md on PostgreSQL).
@@ -32,6 +36,7 @@ import { openStore } from "../lib/store.ts";
 import type { ExportItem, KeyRecord } from "../lib/store.ts";
 import { startServer, taskArgs, tempDir } from "../tests/_helpers.ts";
 import { rssBytes } from "./soak.ts";
+import { type FloodResult, measureFloods } from "./flood.ts";
 
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
 const SIZES = (Deno.env.get("BENCH_SIZES") ?? "1,10000,100000").split(",").map(
@@ -240,6 +245,7 @@ async function main(): Promise<number> {
   const rows: Row[] = [];
   const peaks = new Map<number, number>();
   let consoleLines: string[] = [];
+  let flood: FloodResult | undefined;
   const bare = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -261,7 +267,12 @@ async function main(): Promise<number> {
       const { valid, revoked } = await prepare(store.location, size);
       await using server = await startServer(
         dir.path,
-        { LOCKOUT_MAX_FAILURES: "1000000000", ...store.env },
+        {
+          LOCKOUT_MAX_FAILURES: "1000000000",
+          // The flood rows send their addresses through a "proxy".
+          TRUSTED_PROXIES: "127.0.0.1",
+          ...store.env,
+        },
         "start",
         { keepOutput: false },
       );
@@ -287,6 +298,21 @@ async function main(): Promise<number> {
             }/s, p99 ${fmt(result.p99)} ms`,
           );
         }
+      }
+      if (size === Math.max(...SIZES)) {
+        flood = await measureFloods(server.url + ROUTE, {
+          validKey: valid,
+          dir: dir.path,
+          seconds: SECONDS,
+          connections: 32,
+        });
+        console.error(
+          `  flood: valid ${
+            Math.round(flood.validUnderInvented)
+          }/s under invented keys, ${
+            Math.round(flood.validUnderMalformed)
+          }/s under malformed`,
+        );
       }
       clearInterval(sampler);
       peaks.set(size, peak);
@@ -328,14 +354,35 @@ async function main(): Promise<number> {
       ).join(", ")
     }.`,
     "",
+    ...floodLines(flood),
     ...consoleLines,
-    ...targets(rows, bareOf, peaks),
+    ...targets(rows, bareOf, peaks, flood),
   ];
   const report = lines.join("\n") + "\n";
   console.log(report);
   await Deno.writeTextFile(OUTPUT, report);
   console.error(`Written to ${OUTPUT}`);
   return 0;
+}
+
+/** The flood table: valid-key throughput while attackers flood from many addresses. */
+function floodLines(flood: FloodResult | undefined): string[] {
+  if (flood === undefined) return [];
+  return [
+    `## Valid keys under a flood from many addresses (${
+      Math.max(...SIZES)
+    } keys, 32 + 32 connections)`,
+    "",
+    "| flood of | flood requests/s | valid-key requests/s meanwhile |",
+    "| --- | ---: | ---: |",
+    `| checksum-valid invented keys | ${Math.round(flood.invented)} | ${
+      Math.round(flood.validUnderInvented)
+    } |`,
+    `| malformed keys | ${Math.round(flood.malformed)} | ${
+      Math.round(flood.validUnderMalformed)
+    } |`,
+    "",
+  ];
 }
 
 /**
@@ -403,6 +450,7 @@ function targets(
   rows: Row[],
   bareOf: (r: Row) => number,
   peaks: Map<number, number>,
+  flood?: FloodResult,
 ): string[] {
   const pick = (
     scenario: string,
@@ -460,6 +508,14 @@ function targets(
       } key (valid, 32 conn, as ratio to bare)`,
       `${fmt(change * 100, 1)}%`,
       Math.abs(change) <= 0.1,
+    );
+  }
+  if (flood) {
+    const ratio = flood.validUnderInvented / flood.validUnderMalformed;
+    check(
+      "valid key under an invented-key flood ≥ 80% of under a malformed-key flood",
+      `${fmt(ratio * 100, 0)}%`,
+      ratio >= 0.8,
     );
   }
   const peak = Math.max(...peaks.values());
