@@ -1,34 +1,46 @@
 /**
  * A bounded soak test: `deno task soak`.
  *
- * 64 connections on loopback for 30 s against a real server process: clients
- * with valid keys, with invalid keys, with revoked keys, and one client in a
- * guessing loop. The server runs with TRUST_PROXY_HOPS=1 so that each
- * virtual client has its own address in X-Forwarded-For, as behind a proxy.
+ * 64 connections on loopback for 30 s against a real server process: honest
+ * clients with valid keys beside attackers: invalid and revoked keys and
+ * checksum-valid invented keys from ever new addresses, one client in a
+ * guessing loop, bursts of invented keys from one address at once, idle
+ * connections that send nothing and slow heads that dribble a byte a
+ * second. The server trusts 127.0.0.1 as a proxy (TRUSTED_PROXIES) so that
+ * each virtual client has its own address in X-Forwarded-For.
  *
- * Fails on any wrong answer (a revoked key accepted, a valid key refused
- * outside lock-out, any 5xx) or on server memory that keeps growing.
+ * Fails when an honest client is refused, on any wrong answer (a revoked
+ * key accepted, a burst getting more 401s than the threshold, any 5xx), or
+ * on server memory that keeps growing.
  *
- * Environment: SOAK_SECONDS (30), SOAK_CONNECTIONS (64).
+ * Environment: SOAK_SECONDS (30), SOAK_CONNECTIONS (64), SOAK_IDLE (200
+ * idle connections), SOAK_SLOW (50 slow heads).
  *
  * @module
  */
 
+import { generateApiKey } from "../lib/api_key.ts";
 import { createKey, keys, startServer, tempDir } from "../tests/_helpers.ts";
 
 const SECONDS = Number(Deno.env.get("SOAK_SECONDS") ?? 30);
 const CONNECTIONS = Number(Deno.env.get("SOAK_CONNECTIONS") ?? 64);
+const IDLE = Number(Deno.env.get("SOAK_IDLE") ?? 200);
+const SLOW = Number(Deno.env.get("SOAK_SLOW") ?? 50);
 const ROUTE = "/api/v1/integration/connection";
+/** The server's default LOCKOUT_MAX_FAILURES. */
+const THRESHOLD = 10;
 
-type Kind = "valid" | "invalid" | "revoked" | "guesser";
+type Kind = "valid" | "invalid" | "revoked" | "invented" | "guesser";
 
 /** Which statuses are right for each kind of client. */
 const ALLOWED: Record<Kind, Set<number>> = {
   // Valid-key clients never fail, so they are never locked.
   valid: new Set([200]),
-  // Invalid and revoked keys come from ever new addresses: 401, never locked.
-  invalid: new Set([401]),
-  revoked: new Set([401]),
+  // Invalid, revoked and invented keys come from ever new addresses: 401,
+  // or 429 once their network's or the global failure budget is spent.
+  invalid: new Set([401, 429]),
+  revoked: new Set([401, 429]),
+  invented: new Set([401, 429]),
   // The guesser keeps one address: 401 until locked, then 429.
   guesser: new Set([401, 429]),
 };
@@ -58,7 +70,9 @@ async function main(): Promise<number> {
     const result = await keys(dir.path, ["revoke", String(id)]);
     if (result.code !== 0) throw new Error(result.stderr);
   }
-  await using server = await startServer(dir.path, { TRUST_PROXY_HOPS: "1" });
+  await using server = await startServer(dir.path, {
+    TRUSTED_PROXIES: "127.0.0.1",
+  });
   const pid = server.process.pid;
 
   const kinds: Kind[] = Array.from(
@@ -70,6 +84,8 @@ async function main(): Promise<number> {
         ? "invalid"
         : i % 8 === 2
         ? "revoked"
+        : i % 8 === 3
+        ? "invented"
         : "valid",
   );
   const counts = new Map<string, number>();
@@ -91,6 +107,9 @@ async function main(): Promise<number> {
         // Malformed and well-formed-but-unknown keys, alternately.
         key = fresh % 2 ? "not-a-key" : `isk_${"x".repeat(36)}`;
         address = `10.2.${(++fresh >> 8) & 255}.${fresh & 255}`;
+      } else if (kind === "invented") {
+        key = generateApiKey().key;
+        address = `10.3.${(++fresh >> 8) & 255}.${fresh & 255}`;
       } else {
         key = `isk_guess${fresh++}`;
         address = "10.9.9.9";
@@ -120,11 +139,22 @@ async function main(): Promise<number> {
     async () => samples.push(await rssBytes(pid)),
     1000,
   );
+  const attacks = [
+    holdIdle(server.port, IDLE, deadline),
+    slowHeads(server.port, SLOW, deadline),
+    bursts(server.url, deadline, wrong),
+  ];
   await Promise.all(kinds.map((kind, i) => worker(kind, i)));
+  const attacked = await Promise.all(attacks);
   clearInterval(sampler);
   const endRss = await rssBytes(pid);
   await server.stop();
 
+  console.log(
+    `Attackers: ${attacked[0]} idle connections opened, ${
+      attacked[1]
+    } slow heads opened, ${attacked[2]} bursts of 40 sent`,
+  );
   const total = [...counts.values()].reduce((a, b) => a + b, 0);
   console.log("| client | status | count |\n| --- | --- | --- |");
   for (const [label, count] of [...counts].sort()) {
@@ -164,6 +194,114 @@ async function main(): Promise<number> {
   }
   console.log("Soak passed: every answer was right and memory levelled off");
   return 0;
+}
+
+/**
+ * Keeps `count` connections open that never send a byte, reopening any the
+ * server closes; returns how many were opened in all.
+ */
+async function holdIdle(
+  port: number,
+  count: number,
+  deadline: number,
+): Promise<number> {
+  let opened = 0;
+  const one = async () => {
+    while (Date.now() < deadline) {
+      try {
+        const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+        opened++;
+        // Returns when the server closes it, or at the deadline.
+        await Promise.race([
+          conn.read(new Uint8Array(1)).catch(() => null),
+          new Promise((r) => setTimeout(r, deadline - Date.now())),
+        ]);
+        conn.close();
+      } catch {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: count }, one));
+  return opened;
+}
+
+/** Connections that send a request head one byte a second, forever. */
+async function slowHeads(
+  port: number,
+  count: number,
+  deadline: number,
+): Promise<number> {
+  let opened = 0;
+  const head = new TextEncoder().encode(
+    `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nX-Padding: ${"a".repeat(4000)}`,
+  );
+  const one = async () => {
+    while (Date.now() < deadline) {
+      let conn: Deno.TcpConn | undefined;
+      try {
+        conn = await Deno.connect({ hostname: "127.0.0.1", port });
+        opened++;
+        for (let i = 0; i < head.length && Date.now() < deadline; i++) {
+          await conn.write(head.subarray(i, i + 1));
+          await new Promise((r) => setTimeout(r, 1000));
+        }
+      } catch {
+        // Closed by the server: start another.
+      } finally {
+        try {
+          conn?.close();
+        } catch {
+          // already closed
+        }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: count }, one));
+  return opened;
+}
+
+/**
+ * Every second, 40 invented keys at once from one fresh address: each burst
+ * must get no more 401s than the lock-out threshold.
+ */
+async function bursts(
+  url: string,
+  deadline: number,
+  wrong: string[],
+): Promise<number> {
+  let sent = 0;
+  while (Date.now() < deadline - 1000) {
+    const address = `10.7.${(sent >> 8) & 255}.${sent & 255}`;
+    sent++;
+    const statuses = await Promise.all(
+      Array.from({ length: 40 }, async () => {
+        try {
+          const response = await fetch(`${url}${ROUTE}`, {
+            headers: {
+              "X-API-Key": generateApiKey().key,
+              "X-Forwarded-For": address,
+            },
+          });
+          await response.body?.cancel();
+          return response.status;
+        } catch {
+          return 0;
+        }
+      }),
+    );
+    const unauthorized = statuses.filter((s) => s === 401).length;
+    const other = statuses.filter((s) => s !== 401 && s !== 429);
+    if ((unauthorized > THRESHOLD || other.length > 0) && wrong.length < 20) {
+      wrong.push(
+        `a burst from ${address} got ${unauthorized} 401s and ${
+          other.join(",") || "no"
+        } other statuses`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  return sent;
 }
 
 if (import.meta.main) Deno.exit(await main());
