@@ -146,6 +146,28 @@ export interface KeyStore {
     items: AsyncIterable<ExportItem>,
     options: ChangeOptions,
   ): Promise<{ keys: number; audit: number }>;
+  /**
+   * Every key, valid and revoked, with an id above `afterId`, in id order and
+   * streamed in batches: what an in-memory index of the keys is built from.
+   * Yields nothing while an import is unfinished, as no key authenticates then.
+   */
+  keyHashes(options?: { afterId?: number }): AsyncIterable<{
+    id: number;
+    hash: string;
+  }>;
+  /**
+   * The revision at which the set of keys was last replaced wholesale (an
+   * import began, completed, failed or was aborted); 0n if never. An index
+   * built at revision R must rebuild from scratch once this exceeds R, as
+   * ids may then have been reused.
+   */
+  importRevision(): Promise<bigint>;
+  /**
+   * Ends an import that is unfinished (interrupted, or still running in
+   * another process, which then fails): empties the store as it was before
+   * the import. Returns false when no import was unfinished.
+   */
+  abortImport(options: ChangeOptions): Promise<boolean>;
   /** Releases the store. */
   close(): Promise<void>;
 }
@@ -153,6 +175,29 @@ export interface KeyStore {
 /** A request the store refuses; its message is meant for the admin as is. */
 export class StoreInputError extends Error {
   override name = "StoreInputError";
+}
+
+/** Why an import cannot go on; see {@linkcode ImportStateError}. */
+export type ImportStateCode = "import-unfinished" | "import-aborted";
+
+/**
+ * The store is in the middle of an import, or the import this call was
+ * running was aborted from elsewhere. `import-unfinished`: another import
+ * runs or one was interrupted, and every change is refused until it ends.
+ * `import-aborted`: `keys import --abort` ended this import.
+ */
+export class ImportStateError extends StoreInputError {
+  override name = "ImportStateError";
+  readonly code: ImportStateCode;
+
+  constructor(code: ImportStateCode) {
+    super(
+      code === "import-unfinished"
+        ? 'An import into this store is running or was interrupted, and no key works until it ends; wait for it, or if none is running, run "keys import --abort" to empty the store and then import again'
+        : 'The import was aborted by "keys import --abort" and nothing of it remains; run the import again',
+    );
+    this.code = code;
+  }
 }
 
 /** No key has the id or name asked for. */
