@@ -9,13 +9,12 @@
 import {
   type AuditEntry,
   type KeyRecord,
+  MAX_KEY_ID,
   nameKey,
   normalizeEmail,
   StoreInputError,
 } from "./store.ts";
 
-/** Ids are below 2^31, so that counting on from any imported id stays exact. */
-export const MAX_KEY_ID = 2 ** 31 - 1;
 /**
  * Longest revoke reason an import takes. Must be at least what the console
  * lets `keys revoke --reason` store, or such an export would not restore.

@@ -43,9 +43,11 @@ import {
   type ExposeOptions,
   ImportStateError,
   keyCollision,
+  keyIdsExhausted,
   keyNotFound,
   type KeyRecord,
   type KeyStore,
+  MAX_KEY_ID,
   nameKey,
   nameTaken,
   type NewKeyInput,
@@ -378,10 +380,11 @@ export class KvKeyStore implements KeyStore {
       // A new token first: the import, if it still runs, fails at its next
       // batch instead of writing into the store being emptied.
       const revision = (current.value?.value ?? 0n) + 1n;
-      const res = await this.#kv.atomic().check(current, marker)
+      const op = this.#kv.atomic().check(current, marker)
         .set(IMPORTING, newMarker("aborting", options))
         .set(REVISION, new Deno.KvU64(revision))
-        .set(IMPORT_REVISION, new Deno.KvU64(revision)).commit();
+        .set(IMPORT_REVISION, new Deno.KvU64(revision));
+      const res = await commitRetrying(op);
       if (res.ok) {
         await this.#wipe({ key: IMPORTING, versionstamp: res.versionstamp });
         return true;
@@ -411,10 +414,11 @@ export class KvKeyStore implements KeyStore {
     const revision = (current.value?.value ?? 0n) + 1n;
     // Every change moves the revision, so checking it proves the store is
     // still as empty as it was just seen.
-    const start = await this.#kv.atomic().check(current, marker)
+    const op = this.#kv.atomic().check(current, marker)
       .set(IMPORTING, newMarker("importing", options))
       .set(REVISION, new Deno.KvU64(revision))
-      .set(IMPORT_REVISION, new Deno.KvU64(revision)).commit();
+      .set(IMPORT_REVISION, new Deno.KvU64(revision));
+    const start = await commitRetrying(op);
     if (!start.ok) {
       if ((await this.#kv.get(IMPORTING)).value !== null) {
         throw new ImportStateError("import-unfinished");
@@ -485,7 +489,9 @@ export class KvKeyStore implements KeyStore {
       actor: options.actor,
       detail: `${counts.keys} keys and ${counts.audit} audit lines`,
     });
-    if (!(await op.commit()).ok) throw new ImportStateError("import-aborted");
+    if (!(await commitRetrying(op)).ok) {
+      throw new ImportStateError("import-aborted");
+    }
   }
 
   async #isEmpty(): Promise<boolean> {
@@ -511,10 +517,12 @@ export class KvKeyStore implements KeyStore {
     await batch.flush();
     const current = await this.#kv.get<Deno.KvU64>(REVISION);
     const revision = (current.value?.value ?? 0n) + 1n;
-    const done = await this.#kv.atomic().check(ours, current)
-      .set(REVISION, new Deno.KvU64(revision))
-      .set(IMPORT_REVISION, new Deno.KvU64(revision))
-      .delete(IMPORTING).commit();
+    const done = await commitRetrying(
+      this.#kv.atomic().check(ours, current)
+        .set(REVISION, new Deno.KvU64(revision))
+        .set(IMPORT_REVISION, new Deno.KvU64(revision))
+        .delete(IMPORTING),
+    );
     if (!done.ok) throw new ImportStateError("import-aborted");
   }
 
@@ -567,7 +575,7 @@ export class KvKeyStore implements KeyStore {
         if (res.ok) return result;
       } catch (error) {
         // Another process holds the SQLite write lock: wait and go again.
-        if (!String(error).includes("database is locked")) throw error;
+        if (!isLocked(error)) throw error;
       }
       if (tries >= MAX_TRIES) {
         throw new StoreUnavailableError(
@@ -588,13 +596,37 @@ function backoff(tries: number): Promise<void> {
 }
 
 function nextId(counter: Deno.KvEntryMaybe<Deno.KvU64>): number {
-  return Number((counter.value?.value ?? 0n) + 1n);
+  const id = Number((counter.value?.value ?? 0n) + 1n);
+  if (id > MAX_KEY_ID) throw keyIdsExhausted();
+  return id;
 }
 
 function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
   // lastUsedAt lives under its own key; the stored copies always say null.
   const stored = { ...record, lastUsedAt: null };
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
+}
+
+/** SQLite's "database is locked": another connection writes; the driver gives it no code. */
+function isLocked(error: unknown): boolean {
+  return String(error).includes("database is locked");
+}
+
+/**
+ * Commits `op`, waiting out other connections' write locks; every import
+ * step goes through here, so that a busy store fails none of them.
+ */
+async function commitRetrying(
+  op: Deno.AtomicOperation,
+): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
+  for (let tries = 1;; tries++) {
+    try {
+      return await op.commit();
+    } catch (error) {
+      if (!isLocked(error) || tries >= MAX_TRIES) throw error;
+    }
+    await backoff(tries);
+  }
 }
 
 function newMarker(
@@ -643,7 +675,7 @@ class _Batch {
 
   async flush(): Promise<void> {
     if (this.#mutations === 0) return;
-    const result = await this.#op.check(this.#guard).commit();
+    const result = await commitRetrying(this.#op.check(this.#guard));
     this.#op = this.#kv.atomic();
     this.#mutations = this.#bytes = this.#keyBytes = 0;
     // The marker is the only thing checked: someone aborted this import.

@@ -35,10 +35,12 @@ import {
   type ExposeOptions,
   ImportStateError,
   keyCollision,
+  keyIdsExhausted,
   keyNotFound,
   type KeyRecord,
   type KeyStatus,
   type KeyStore,
+  MAX_KEY_ID,
   nameKey,
   nameTaken,
   type NewKeyInput,
@@ -541,11 +543,7 @@ export class PostgresKeyStore implements KeyStore {
     // still has the server's.
     return await this.#call(() =>
       this.#sql.begin(async (tx) => {
-        // Not waited for: two imports at once would otherwise run one after
-        // the other, and the second would fail only once the first is done.
-        const [lock] = await tx<{ locked: boolean }[]>`
-          SELECT pg_try_advisory_xact_lock(hashtext('keys: import')) AS locked`;
-        if (!lock.locked) throw new ImportStateError("import-unfinished");
+        await lockForImport(tx);
         const [state] = await tx<{ empty: boolean; revision: string }[]>`
           SELECT NOT EXISTS (SELECT 1 FROM keys)
             AND NOT EXISTS (SELECT 1 FROM audit)
@@ -639,6 +637,11 @@ export class PostgresKeyStore implements KeyStore {
   ): Promise<T> {
     return this.#call(() =>
       this.#sql.begin(async (tx) => {
+        // Refused at once while an import holds the store, rather than after
+        // the lock timeout with a message that blames the database.
+        const [free] = await tx<{ free: boolean }[]>`
+          SELECT pg_try_advisory_xact_lock_shared(${IMPORT_LOCK}) AS free`;
+        if (!free.free) throw new ImportStateError("import-unfinished");
         const [meta] = await tx<{ revision: string; last_key_id: string }[]>`
           SELECT revision, last_key_id FROM meta FOR UPDATE`;
         let lastId = Number(meta.last_key_id);
@@ -646,7 +649,10 @@ export class PostgresKeyStore implements KeyStore {
         const { result, audit } = await work({
           tx,
           at,
-          nextId: () => ++lastId,
+          nextId: () => {
+            if (lastId >= MAX_KEY_ID) throw keyIdsExhausted();
+            return ++lastId;
+          },
         });
         if (audit !== null) {
           const revision = (BigInt(meta.revision) + 1n).toString();
@@ -737,6 +743,33 @@ async function saveRevocation(tx: Tx, record: KeyRecord): Promise<void> {
     UPDATE keys SET status = 'revoked', revoked_at = ${record.revokedAt},
       revoked_reason = ${record.revokedReason}
     WHERE id = ${record.id}`;
+}
+
+/** The advisory lock an import holds alone and every change shares. */
+const IMPORT_LOCK = 0x6b657973; // "keys"
+
+/**
+ * Takes the import lock without waiting on another import: two imports at
+ * once would otherwise run one after the other, and the second fail only
+ * once the first is done. A change holds the lock shared for a moment only,
+ * so that is waited out briefly.
+ */
+async function lockForImport(tx: Tx): Promise<void> {
+  for (let tries = 0; tries < 20; tries++) {
+    const [lock] = await tx<{ locked: boolean }[]>`
+      SELECT pg_try_advisory_xact_lock(${IMPORT_LOCK}) AS locked`;
+    if (lock.locked) return;
+    const [other] = await tx<{ importing: boolean }[]>`
+      SELECT EXISTS (
+        SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+        WHERE l.locktype = 'advisory' AND d.datname = current_database()
+          AND l.objid = ${IMPORT_LOCK}::bigint::oid
+          AND l.mode = 'ExclusiveLock' AND l.granted
+      ) AS importing`;
+    if (other.importing) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new ImportStateError("import-unfinished");
 }
 
 function bigMax(a: bigint, b: bigint): bigint {

@@ -232,6 +232,19 @@ export function cannotRotateRevoked(id: number): StoreInputError {
   );
 }
 
+/**
+ * The highest key id: below 2^31, so that ids stay exact wherever they are
+ * counted and every store's export can be imported again.
+ */
+export const MAX_KEY_ID = 2 ** 31 - 1;
+
+/** The error for a store that has handed out every id up to {@linkcode MAX_KEY_ID}. */
+export function keyIdsExhausted(): StoreInputError {
+  return new StoreInputError(
+    `Key ids have reached ${MAX_KEY_ID}, the highest there is; move the keys to a new store with "keys export" and an edited import`,
+  );
+}
+
 /** The error for a generated key whose hash is already stored (practically never). */
 export function keyCollision(): StoreInputError {
   return new StoreInputError("Generated key collides; run the command again");
