@@ -56,6 +56,23 @@ export function importedKey(
 }
 
 /**
+ * Audit lines enough that a store writing an import in batches has written
+ * the keys before them by the time it has taken them all.
+ */
+export function fillerLines(count = 450): ExportItem[] {
+  return Array.from({ length: count }, () => ({
+    type: "audit" as const,
+    entry: {
+      at: new Date().toISOString(),
+      action: "create" as const,
+      keyId: 1,
+      actor: ACTOR,
+      detail: null,
+    },
+  }));
+}
+
+/**
  * An import that stops after `pauseAfter` items until `go()` is called, like
  * a FIFO whose writer is slow; `go(error)` makes it fail there instead.
  */
@@ -456,14 +473,17 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     const lookup = new KeyLookup(store);
     const a = importedKey(1);
     const b = importedKey(2);
-    const run = pausedImport([
+    const items: ExportItem[] = [
       { type: "key", record: a.record },
       { type: "key", record: b.record },
-    ], 1);
+      ...fillerLines(),
+    ];
+    const run = pausedImport(items, items.length);
     const importing = store.importAll(run.items, { actor: ACTOR });
     await run.paused;
     const before = await store.revision();
     assert.equal((await lookup.authenticate(a.key)).ok, false);
+    assert.equal((await lookup.authenticate(b.key)).ok, false);
     run.go(new StoreInputError("line 3 is bad"));
     await assert.rejects(importing, StoreInputError);
     assert.ok(await store.revision() >= before);
@@ -480,13 +500,17 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     const a = importedKey(1);
     const r = importedKey(2, "revoked");
     assert.equal((await lookup.authenticate(a.key)).ok, false);
-    const run = pausedImport([
+    const items: ExportItem[] = [
       { type: "key", record: a.record },
       { type: "key", record: r.record },
-    ], 2);
+      ...fillerLines(),
+    ];
+    const run = pausedImport(items, items.length);
     const importing = store.importAll(run.items, { actor: ACTOR });
     await run.paused;
     assert.equal((await lookup.authenticate(a.key)).ok, false);
+    // A server started meanwhile has nothing cached that could hide it.
+    assert.equal((await new KeyLookup(store).authenticate(a.key)).ok, false);
     run.go();
     await importing;
     assert.equal((await lookup.authenticate(a.key)).ok, true);

@@ -7,7 +7,7 @@
  * says it is valid, the store must list exactly the model's keys, and the
  * revision must never move backwards.
  *
- * Runs per store: `MODEL_RUNS` (default 40 for KV, 20 for PostgreSQL, whose
+ * Runs per store: `MODEL_RUNS` (default 150 for KV, 25 for PostgreSQL, whose
  * runs each create a database); the PostgreSQL half shows as ignored without
  * TEST_DATABASE_URL.
  */
@@ -27,7 +27,7 @@ import {
   newRecord,
   StoreInputError,
 } from "../lib/store.ts";
-import { pausedImport } from "./_store_contract.ts";
+import { fillerLines, pausedImport } from "./_store_contract.ts";
 import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
 
 const ACTOR = "model@test";
@@ -314,22 +314,9 @@ class Runner {
         },
       });
     }
-    if (cmd.filler) {
-      // Enough lines that a store writing in batches has written the keys
-      // before the pause: a large import, as an attacker would feed a FIFO.
-      for (let i = 0; i < 450; i++) {
-        items.push({
-          type: "audit",
-          entry: {
-            at: new Date().toISOString(),
-            action: "create",
-            keyId: 1,
-            actor: ACTOR,
-            detail: null,
-          },
-        });
-      }
-    }
+    // Enough lines that a store writing in batches has written the keys
+    // before the pause: a large import, as an attacker would feed a FIFO.
+    if (cmd.filler) items.push(...fillerLines());
     const pauseAt = cmd.filler
       ? items.length
       : Math.min(cmd.pauseAt, items.length);
@@ -494,7 +481,7 @@ async function property(
 }
 
 Deno.test("model: on the KV store a key authenticates exactly when the store lists it valid, through every import, crash and restart", async () => {
-  await property("kv store", kvInstallation, runs(40));
+  await property("kv store", kvInstallation, runs(150));
 });
 
 Deno.test({
@@ -502,7 +489,7 @@ Deno.test({
     "model: on the PostgreSQL store a key authenticates exactly when the store lists it valid, through every import, crash and restart",
   ignore: NO_DATABASE,
   async fn() {
-    await property("postgres store", postgresInstallation, runs(20));
+    await property("postgres store", postgresInstallation, runs(25));
   },
 });
 
