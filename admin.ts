@@ -391,15 +391,43 @@ const COMMANDS: Record<string, Command> = {
   },
   import: {
     summary: "restore a FILE written by export into an empty store",
-    usage: "import FILE",
-    options: {},
-    positionals: [1, 1, FILE_ARGUMENT],
+    usage: "import FILE | import --abort",
+    options: {
+      abort: {
+        type: "boolean",
+        help: "end an interrupted import, emptying the store again",
+      },
+    },
+    positionals: [0, 1, FILE_ARGUMENT],
     notes: [
       ...FILE_NOTES,
       "The store must be empty (a new DENO_KV_PATH); a failed import leaves it",
-      "empty again. Restored keys work at once: the file holds their hashes.",
+      "empty again. Restored keys work at once: the file holds their hashes,",
+      "and no key of the file works before the whole file is in. Only one",
+      "import runs at a time. If an import was killed, no key works and every",
+      'change is refused until "keys import --abort" empties the store again.',
     ],
-    async run({ store, positionals, json, out, actor }) {
+    async run({ store, values, positionals, json, out, actor }) {
+      if (values.abort === true) {
+        if (positionals.length > 0) {
+          throw new UsageError(
+            'import --abort takes no FILE; run "keys import FILE" afterwards',
+          );
+        }
+        const aborted = await store.abortImport({ actor });
+        if (json) out.line(JSON.stringify({ aborted }));
+        console.error(
+          aborted
+            ? 'Aborted the unfinished import; the store is empty again. Run "keys import FILE" to import again'
+            : "No import was unfinished; nothing changed",
+        );
+        return;
+      }
+      if (positionals.length === 0) {
+        throw new UsageError(
+          `import needs ${FILE_ARGUMENT}; see "keys import --help"`,
+        );
+      }
       const summary = await importFrom(store, positionals[0], { actor });
       if (json) out.line(JSON.stringify(summary));
       console.error(

@@ -9,7 +9,7 @@
  */
 
 import type { AuditEntry, ExportItem, KeyRecord, KeyStore } from "./store.ts";
-import { StoreInputError } from "./store.ts";
+import { ImportStateError, StoreInputError } from "./store.ts";
 import { writeAll } from "./_write_all.ts";
 
 /** A backup refused or failed; its message is meant for the admin as is. */
@@ -320,7 +320,9 @@ class ExportReader {
    */
   locate(error: unknown): unknown {
     if (
-      error instanceof StoreInputError && this.#line > 0 && !this.#done
+      error instanceof StoreInputError && this.#line > 0 && !this.#done &&
+      // Not about the line: the import as a whole was aborted.
+      !(error instanceof ImportStateError)
     ) {
       const message = error.message[0].toLowerCase() + error.message.slice(1);
       return new BackupError(

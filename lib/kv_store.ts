@@ -11,16 +11,28 @@
  * - `["audit", revision]` → AuditEntry, so the log lists in the order of changes
  * - `["last_used", id]` → ISO time, written apart from the record so that it
  *   neither moves the revision nor contends with admin changes
- * - `["importing"]` → true while an import runs, so a failed one can be wiped
+ * - `["import_revision"]` → KvU64, the revision at which an import last
+ *   began or ended (see `importRevision()`)
+ * - `["importing"]` → {@linkcode ImportMarker} while an import runs or after
+ *   one was interrupted: every lookup then finds no key and every change is
+ *   refused, until the import completes or is aborted
  *
  * Every change is one `atomic()` that `check()`s every entry it read, so two
  * admins generating at the same moment cannot share an id or a name; a
  * conflict or a locked database file is retried with backoff.
  *
+ * An import cannot be one atomic operation, so it writes in batches under the
+ * `["importing"]` marker. The marker is set with a revision bump on an empty
+ * store, every batch checks that the marker is still its own, and the marker
+ * goes with another bump when the import completes or has been wiped again.
+ * Since lookups read the marker in the same snapshot as the record, no key of
+ * an unfinished import ever authenticates, and since the revision and the
+ * import revision are never wiped, a revision never repeats.
+ *
  * @module
  */
 
-import { checkImportedAudit, checkImportedRecord } from "./_import_check.ts";
+import { ImportChecker } from "./_import_check.ts";
 import {
   AUDIT_DETAIL,
   type AuditEntry,
@@ -29,10 +41,13 @@ import {
   type ExportItem,
   exportItems,
   type ExposeOptions,
+  ImportStateError,
   keyCollision,
+  keyIdsExhausted,
   keyNotFound,
   type KeyRecord,
   type KeyStore,
+  MAX_KEY_ID,
   nameKey,
   nameTaken,
   type NewKeyInput,
@@ -58,8 +73,29 @@ const auditKey = (revision: bigint) => ["audit", revision] as const;
 const lastUsedKey = (id: number) => ["last_used", id] as const;
 const IMPORTING = ["importing"] as const;
 const IMPORT_REVISION = ["import_revision"] as const;
-/** Mutations per atomic operation during an import, well under KV's limit. */
+/** What survives a wipe, so that revisions only ever grow. */
+const META_KEYS = new Set<Deno.KvKeyPart>([
+  REVISION[0],
+  IMPORTING[0],
+  IMPORT_REVISION[0],
+]);
+/** Mutations per atomic operation for last-used times, well under KV's limit. */
 const IMPORT_BATCH = 400;
+/**
+ * Budgets of one atomic operation during an import or a wipe, about half of
+ * KV's limits (1000 mutations, 800 KiB in all, 80 KiB of keys), counted in
+ * bytes so that long texts cannot push a batch over them.
+ */
+const BATCH_LIMITS = { mutations: 500, bytes: 400 * 1024, keyBytes: 40 * 1024 };
+
+/** The value under `["importing"]`; older versions stored `true`. */
+interface ImportMarker {
+  /** Unique per import or abort, so two can never mistake each other's marker. */
+  token: string;
+  state: "importing" | "aborting";
+  startedAt: string;
+  actor: string;
+}
 
 /**
  * Opens (creating its folder when missing) a KV store at a path, ":memory:"
@@ -100,14 +136,14 @@ export class KvKeyStore implements KeyStore {
   }
 
   async findByHash(hash: string): Promise<KeyRecord | null> {
-    return (await this.#read<KeyRecord>(keyByHash(hash))).value;
+    return (await this.findByHashAt(hash)).record;
   }
 
   async get(id: number): Promise<KeyRecord | null> {
-    const [record, used] = await this.#kv.getMany<[KeyRecord, string]>([
-      keyById(id),
-      lastUsedKey(id),
-    ]);
+    const [record, used, marker] = await this.#kv.getMany<
+      [KeyRecord, string, unknown]
+    >([keyById(id), lastUsedKey(id), IMPORTING]);
+    if (marker.value !== null) throw new ImportStateError("import-unfinished");
     return record.value && { ...record.value, lastUsedAt: used.value };
   }
 
@@ -119,6 +155,7 @@ export class KvKeyStore implements KeyStore {
   async *list(
     options: { includeRevoked?: boolean } = {},
   ): AsyncIterable<KeyRecord> {
+    await this.#refuseWhileImporting();
     // Both prefixes list in id order, so one pass over each joins them.
     const used = this.#kv.list<string>({ prefix: ["last_used"] }, {
       batchSize: 500,
@@ -227,6 +264,7 @@ export class KvKeyStore implements KeyStore {
   }
 
   async *audit(options: { keyId?: number } = {}): AsyncIterable<AuditEntry> {
+    await this.#refuseWhileImporting();
     for await (
       const entry of this.#kv.list<AuditEntry>({ prefix: ["audit"] }, {
         batchSize: 500,
@@ -242,39 +280,18 @@ export class KvKeyStore implements KeyStore {
     return (await this.#read<Deno.KvU64>(REVISION)).value?.value ?? 0n;
   }
 
-  async *keyHashes(
-    options: { afterId?: number } = {},
-  ): AsyncIterable<{ id: number; hash: string }> {
-    const selector = options.afterId === undefined
-      ? { prefix: ["keys"] }
-      : { start: keyById(options.afterId + 1), end: ["keys", Infinity] };
-    try {
-      for await (
-        const entry of this.#kv.list<KeyRecord>(selector, { batchSize: 1000 })
-      ) {
-        yield { id: entry.value.id, hash: entry.value.hash };
-      }
-    } catch (error) {
-      throw new StoreUnavailableError("The key store cannot be read", {
-        cause: error,
-      });
-    }
-  }
-
-  async importRevision(): Promise<bigint> {
-    return (await this.#read<Deno.KvU64>(IMPORT_REVISION)).value?.value ?? 0n;
-  }
-
   async findByHashAt(
     hash: string,
   ): Promise<{ record: KeyRecord | null; revision: bigint }> {
     let entries;
     try {
-      // getMany reads one snapshot: the record is exactly as of that revision.
-      entries = await this.#kv.getMany<[Deno.KvU64, KeyRecord]>([
+      // getMany reads one snapshot: the record is exactly as of that
+      // revision, and the import marker tells whether it may be used at all.
+      entries = await this.#kv.getMany<[Deno.KvU64, unknown, KeyRecord]>([
         REVISION,
+        IMPORTING,
         keyByHash(hash),
-      ]);
+      ], { consistency: "strong" });
     } catch (error) {
       throw new StoreUnavailableError("The key store cannot be read", {
         cause: error,
@@ -282,8 +299,29 @@ export class KvKeyStore implements KeyStore {
     }
     return {
       revision: entries[0].value?.value ?? 0n,
-      record: entries[1].value,
+      record: entries[1].value === null ? entries[2].value : null,
     };
+  }
+
+  async *keyHashes(
+    options: { afterId?: number } = {},
+  ): AsyncIterable<{ id: number; hash: string }> {
+    if ((await this.#read(IMPORTING)).value !== null) return;
+    const after = options.afterId ?? 0;
+    for await (
+      const entry of this.#kv.list<KeyRecord>({
+        prefix: ["keys"],
+        start: keyById(Math.floor(after) + 1),
+      }, { batchSize: 1000 })
+    ) {
+      if (entry.value.id > after) {
+        yield { id: entry.value.id, hash: entry.value.hash };
+      }
+    }
+  }
+
+  async importRevision(): Promise<bigint> {
+    return (await this.#read<Deno.KvU64>(IMPORT_REVISION)).value?.value ?? 0n;
   }
 
   markExposed(id: number, options: ExposeOptions): Promise<boolean> {
@@ -331,69 +369,111 @@ export class KvKeyStore implements KeyStore {
     items: AsyncIterable<ExportItem>,
     options: ChangeOptions,
   ): Promise<{ keys: number; audit: number }> {
-    const marker = await this.#kv.get<boolean>(IMPORTING);
-    if (marker.value) await this.#wipe(); // a previous import died half-way
-    else if (!(await this.#isEmpty())) {
-      throw new StoreInputError(
-        "The store is not empty; import only into a new store, so that no key is lost or duplicated",
-      );
-    }
-    const start = await this.#kv.atomic().check({
-      key: REVISION,
-      versionstamp: null,
-    }).set(IMPORTING, true).commit();
-    if (!start.ok) {
-      throw new StoreInputError(
-        "The store changed while the import began; run it again",
-      );
-    }
+    const ours = await this.#beginImport(options);
     try {
-      const counts = await this.#writeImport(items);
-      const at = new Date();
-      const revision = BigInt(counts.audit + 1);
-      const op = this.#kv.atomic()
-        .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
-        .set(REVISION, new Deno.KvU64(revision))
-        .delete(IMPORTING);
-      audit(op, at, revision, {
-        action: "import",
-        keyId: 0,
-        actor: options.actor,
-        detail: `${counts.keys} keys and ${counts.audit} audit lines`,
-      });
-      await op.commit();
-      return { keys: counts.keys, audit: counts.audit };
+      const checker = new ImportChecker();
+      const counts = await this.#writeImport(items, ours, checker);
+      await this.#finishImport(
+        ours,
+        { ...counts, maxId: checker.maxId },
+        options,
+      );
+      return counts;
     } catch (error) {
-      await this.#wipe();
+      try {
+        await this.#wipe(ours);
+      } catch {
+        // The marker stays, so no key works and every change is refused
+        // until "keys import --abort"; the error that matters is the first.
+      }
       throw error;
     }
   }
 
+  async abortImport(options: ChangeOptions): Promise<boolean> {
+    for (let tries = 1;; tries++) {
+      const [current, marker] = await this.#kv.getMany<
+        [Deno.KvU64, unknown]
+      >([REVISION, IMPORTING]);
+      if (marker.value === null) return false;
+      // A new token first: the import, if it still runs, fails at its next
+      // batch instead of writing into the store being emptied.
+      const revision = (current.value?.value ?? 0n) + 1n;
+      const op = this.#kv.atomic().check(current, marker)
+        .set(IMPORTING, newMarker("aborting", options))
+        .set(REVISION, new Deno.KvU64(revision))
+        .set(IMPORT_REVISION, new Deno.KvU64(revision));
+      const res = await commitRetrying(op);
+      if (res.ok) {
+        await this.#wipe({ key: IMPORTING, versionstamp: res.versionstamp });
+        return true;
+      }
+      if (tries >= MAX_TRIES) {
+        throw new StoreUnavailableError(
+          `The key store stayed busy through ${MAX_TRIES} attempts; try again`,
+        );
+      }
+      await backoff(tries);
+    }
+  }
+
+  /** Sets the marker on an empty store, or refuses; returns the marker's check. */
+  async #beginImport(options: ChangeOptions): Promise<Deno.AtomicCheck> {
+    const [current, marker] = await this.#kv.getMany<[Deno.KvU64, unknown]>([
+      REVISION,
+      IMPORTING,
+    ]);
+    // Another import's marker is never taken over: it may still be running.
+    if (marker.value !== null) throw new ImportStateError("import-unfinished");
+    if (!(await this.#isEmpty())) {
+      throw new StoreInputError(
+        "The store is not empty; import only into a new store, so that no key is lost or duplicated",
+      );
+    }
+    const revision = (current.value?.value ?? 0n) + 1n;
+    // Every change moves the revision, so checking it proves the store is
+    // still as empty as it was just seen.
+    const op = this.#kv.atomic().check(current, marker)
+      .set(IMPORTING, newMarker("importing", options))
+      .set(REVISION, new Deno.KvU64(revision))
+      .set(IMPORT_REVISION, new Deno.KvU64(revision));
+    const start = await commitRetrying(op);
+    if (!start.ok) {
+      if ((await this.#kv.get(IMPORTING)).value !== null) {
+        throw new ImportStateError("import-unfinished");
+      }
+      throw new StoreInputError(
+        "The store changed while the import began; run it again",
+      );
+    }
+    return { key: IMPORTING, versionstamp: start.versionstamp };
+  }
+
   async #writeImport(
     items: AsyncIterable<ExportItem>,
-  ): Promise<{ keys: number; audit: number; maxId: number }> {
-    const counts = { keys: 0, audit: 0, maxId: 0 };
-    const names = new Set<string>();
-    let op = this.#kv.atomic();
-    let size = 0;
+    ours: Deno.AtomicCheck,
+    checker: ImportChecker,
+  ): Promise<{ keys: number; audit: number }> {
+    const counts = { keys: 0, audit: 0 };
+    const batch = new _Batch(this.#kv, ours);
     for await (const item of items) {
       if (item.type === "key") {
-        const record = checkImportedRecord(item.record, names);
-        const { lastUsedAt, ...stored } = record;
-        putRecord(op, { ...stored, lastUsedAt: null });
+        const record = checker.record(item.record);
+        const stored = { ...record, lastUsedAt: null };
+        await batch.set(keyById(record.id), stored);
+        await batch.set(keyByHash(record.hash), stored);
         if (record.status === "valid") {
-          op.set(keyByName(record.name), record.id);
+          await batch.set(keyByName(record.name), record.id);
         }
-        if (lastUsedAt) op.set(lastUsedKey(record.id), lastUsedAt);
+        if (record.lastUsedAt) {
+          await batch.set(lastUsedKey(record.id), record.lastUsedAt);
+        }
         counts.keys++;
-        counts.maxId = Math.max(counts.maxId, record.id);
-        size += 4;
       } else if (item.type === "audit") {
-        op.set(
+        await batch.set(
           auditKey(BigInt(++counts.audit)),
-          checkImportedAudit(item.entry),
+          checker.audit(item.entry),
         );
-        size += 1;
       } else {
         throw new StoreInputError(
           `The import holds an item of unknown type ${
@@ -401,36 +481,74 @@ export class KvKeyStore implements KeyStore {
           }`,
         );
       }
-      if (size >= IMPORT_BATCH) {
-        await commitOrFail(op);
-        op = this.#kv.atomic();
-        size = 0;
-      }
     }
-    if (size > 0) await commitOrFail(op);
+    await batch.flush();
     return counts;
   }
 
+  /** Publishes the import: the marker goes and the revision moves in one step. */
+  async #finishImport(
+    ours: Deno.AtomicCheck,
+    counts: { keys: number; audit: number; maxId: number },
+    options: ChangeOptions,
+  ): Promise<void> {
+    const current = await this.#kv.get<Deno.KvU64>(REVISION);
+    // Above the imported audit lines, numbered 1, 2, 3 …, and above every
+    // revision the store ever had.
+    const revision = bigMax(current.value?.value ?? 0n, BigInt(counts.audit)) +
+      1n;
+    const op = this.#kv.atomic().check(ours, current)
+      .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
+      .set(REVISION, new Deno.KvU64(revision))
+      .set(IMPORT_REVISION, new Deno.KvU64(revision))
+      .delete(IMPORTING);
+    audit(op, new Date(), revision, {
+      action: "import",
+      keyId: 0,
+      actor: options.actor,
+      detail: `${counts.keys} keys and ${counts.audit} audit lines`,
+    });
+    if (!(await commitRetrying(op)).ok) {
+      throw new ImportStateError("import-aborted");
+    }
+  }
+
   async #isEmpty(): Promise<boolean> {
-    for await (const _ of this.#kv.list({ prefix: [] }, { limit: 1 })) {
-      return false;
+    for (const prefix of [["keys"], ["keys_by_hash"], ["audit"]]) {
+      for await (const _ of this.#kv.list({ prefix }, { limit: 1 })) {
+        return false;
+      }
     }
     return true;
   }
 
-  async #wipe(): Promise<void> {
-    let op = this.#kv.atomic();
-    let size = 0;
+  /**
+   * Deletes all but the revisions while holding the marker `ours`, then
+   * removes the marker with a revision bump: the store is as before the
+   * import. Stops with ImportStateError when the marker was taken over.
+   */
+  async #wipe(ours: Deno.AtomicCheck): Promise<void> {
+    const batch = new _Batch(this.#kv, ours);
     for await (const entry of this.#kv.list({ prefix: [] })) {
-      if (entry.key[0] === IMPORTING[0]) continue;
-      op.delete(entry.key);
-      if (++size === IMPORT_BATCH) {
-        await commitOrFail(op);
-        op = this.#kv.atomic();
-        size = 0;
-      }
+      if (META_KEYS.has(entry.key[0] as string)) continue;
+      await batch.delete(entry.key);
     }
-    await commitOrFail(op.delete(IMPORTING));
+    await batch.flush();
+    const current = await this.#kv.get<Deno.KvU64>(REVISION);
+    const revision = (current.value?.value ?? 0n) + 1n;
+    const done = await commitRetrying(
+      this.#kv.atomic().check(ours, current)
+        .set(REVISION, new Deno.KvU64(revision))
+        .set(IMPORT_REVISION, new Deno.KvU64(revision))
+        .delete(IMPORTING),
+    );
+    if (!done.ok) throw new ImportStateError("import-aborted");
+  }
+
+  async #refuseWhileImporting(): Promise<void> {
+    if ((await this.#read(IMPORTING)).value !== null) {
+      throw new ImportStateError("import-unfinished");
+    }
   }
 
   close(): Promise<void> {
@@ -459,7 +577,14 @@ export class KvKeyStore implements KeyStore {
     ) => Promise<{ op: Deno.AtomicOperation | null; result: T }>,
   ): Promise<T> {
     for (let tries = 1;; tries++) {
-      const current = await this.#kv.get<Deno.KvU64>(REVISION);
+      const [current, marker] = await this.#kv.getMany<
+        [Deno.KvU64, unknown]
+      >([REVISION, IMPORTING]);
+      // The import sets the marker with a revision bump, so the check of
+      // `current` below also fails a change that raced its start.
+      if (marker.value !== null) {
+        throw new ImportStateError("import-unfinished");
+      }
       const revision = (current.value?.value ?? 0n) + 1n;
       const { op, result } = await attempt(new Date(), revision);
       if (op === null) return result;
@@ -469,7 +594,7 @@ export class KvKeyStore implements KeyStore {
         if (res.ok) return result;
       } catch (error) {
         // Another process holds the SQLite write lock: wait and go again.
-        if (!String(error).includes("database is locked")) throw error;
+        if (!isLocked(error)) throw error;
       }
       if (tries >= MAX_TRIES) {
         throw new StoreUnavailableError(
@@ -490,7 +615,9 @@ function backoff(tries: number): Promise<void> {
 }
 
 function nextId(counter: Deno.KvEntryMaybe<Deno.KvU64>): number {
-  return Number((counter.value?.value ?? 0n) + 1n);
+  const id = Number((counter.value?.value ?? 0n) + 1n);
+  if (id > MAX_KEY_ID) throw keyIdsExhausted();
+  return id;
 }
 
 function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
@@ -499,13 +626,101 @@ function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
 }
 
-async function commitOrFail(op: Deno.AtomicOperation): Promise<void> {
-  const result = await op.commit();
-  if (!result.ok) {
-    throw new StoreUnavailableError(
-      "A write to the key store was refused; run the command again",
-    );
+/** SQLite's "database is locked": another connection writes; the driver gives it no code. */
+function isLocked(error: unknown): boolean {
+  return String(error).includes("database is locked");
+}
+
+/**
+ * Commits `op`, waiting out other connections' write locks; every import
+ * step goes through here, so that a busy store fails none of them.
+ */
+async function commitRetrying(
+  op: Deno.AtomicOperation,
+): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
+  for (let tries = 1;; tries++) {
+    try {
+      return await op.commit();
+    } catch (error) {
+      if (!isLocked(error) || tries >= MAX_TRIES) throw error;
+    }
+    await backoff(tries);
   }
+}
+
+function newMarker(
+  state: ImportMarker["state"],
+  options: ChangeOptions,
+): ImportMarker {
+  return {
+    token: crypto.randomUUID(),
+    state,
+    startedAt: new Date().toISOString(),
+    actor: options.actor,
+  };
+}
+
+function bigMax(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
+}
+
+/**
+ * One import's or wipe's writes, committed in atomic operations kept under
+ * KV's limits, each checking that the import marker is still `guard`.
+ */
+class _Batch {
+  #kv: Deno.Kv;
+  #guard: Deno.AtomicCheck;
+  #op: Deno.AtomicOperation;
+  #mutations = 0;
+  #bytes = 0;
+  #keyBytes = 0;
+
+  constructor(kv: Deno.Kv, guard: Deno.AtomicCheck) {
+    this.#kv = kv;
+    this.#guard = guard;
+    this.#op = kv.atomic();
+  }
+
+  async set(key: Deno.KvKey, value: unknown): Promise<void> {
+    await this.#room(key, value);
+    this.#op.set(key, value);
+  }
+
+  async delete(key: Deno.KvKey): Promise<void> {
+    await this.#room(key, null);
+    this.#op.delete(key);
+  }
+
+  async flush(): Promise<void> {
+    if (this.#mutations === 0) return;
+    const result = await commitRetrying(this.#op.check(this.#guard));
+    this.#op = this.#kv.atomic();
+    this.#mutations = this.#bytes = this.#keyBytes = 0;
+    // The marker is the only thing checked: someone aborted this import.
+    if (!result.ok) throw new ImportStateError("import-aborted");
+  }
+
+  async #room(key: Deno.KvKey, value: unknown): Promise<void> {
+    // Upper bounds: UTF-8 takes at most 3 bytes per UTF-16 unit in keys,
+    // and V8's serialisation at most 2 per unit of the JSON text in values.
+    const keyBytes = 3 * JSON.stringify(key, bigints).length + 16;
+    const bytes = keyBytes + 2 * (JSON.stringify(value)?.length ?? 0) + 64;
+    if (
+      this.#mutations + 1 > BATCH_LIMITS.mutations ||
+      this.#bytes + bytes > BATCH_LIMITS.bytes ||
+      this.#keyBytes + keyBytes > BATCH_LIMITS.keyBytes
+    ) {
+      await this.flush();
+    }
+    this.#mutations++;
+    this.#bytes += bytes;
+    this.#keyBytes += keyBytes;
+  }
+}
+
+function bigints(_: string, value: unknown): unknown {
+  return typeof value === "bigint" ? value.toString() : value;
 }
 
 function audit(

@@ -13,7 +13,9 @@
  *   neither moves the revision nor waits on the `meta` lock.
  *
  * Every change is one transaction: the change, the revision bump and its
- * audit line, or nothing. Reads on the request path go to the database every
+ * audit line, or nothing. An import is one transaction too, so servers see
+ * none of it until it commits, and a failed or killed one leaves nothing;
+ * an advisory lock refuses a second import while one runs. Reads on the request path go to the database every
  * time, and give up within a bounded time with
  * {@linkcode StoreUnavailableError} rather than wait on a database that is
  * gone; the pool reconnects by itself once it is back.
@@ -22,7 +24,7 @@
  */
 
 import postgres from "postgres";
-import { checkImportedAudit, checkImportedRecord } from "./_import_check.ts";
+import { ImportChecker } from "./_import_check.ts";
 import {
   AUDIT_DETAIL,
   type AuditEntry,
@@ -31,11 +33,14 @@ import {
   type ExportItem,
   exportItems,
   type ExposeOptions,
+  ImportStateError,
   keyCollision,
+  keyIdsExhausted,
   keyNotFound,
   type KeyRecord,
   type KeyStatus,
   type KeyStore,
+  MAX_KEY_ID,
   nameKey,
   nameTaken,
   type NewKeyInput,
@@ -129,6 +134,8 @@ export const SCHEMA_VERSION: number = MIGRATIONS.length;
 
 /** Rows per statement when listing or importing. */
 const BATCH = 500;
+/** Rows per statement when streaming ids and hashes for an index. */
+const HASH_BATCH = 5000;
 /** Request-path reads allowed to wait at once, so that an outage cannot pile up work without bound. */
 const MAX_PENDING_READS = 1000;
 
@@ -315,20 +322,32 @@ export class PostgresKeyStore implements KeyStore {
   async *keyHashes(
     options: { afterId?: number } = {},
   ): AsyncIterable<{ id: number; hash: string }> {
-    let after = options.afterId ?? 0;
-    for (;;) {
-      const rows = await this.#read(() =>
+    for (let after = Math.floor(options.afterId ?? 0);;) {
+      const rows = await this.#call(() =>
         this.#sql<{ id: string; hash: string }[]>`
-          SELECT id, hash FROM keys WHERE id > ${after} ORDER BY id LIMIT 5000`
+          SELECT id, hash FROM keys WHERE id > ${after}
+          ORDER BY id LIMIT ${HASH_BATCH}`
       );
       for (const row of rows) yield { id: Number(row.id), hash: row.hash };
-      if (rows.length < 5000) return;
+      if (rows.length < HASH_BATCH) return;
       after = Number(rows[rows.length - 1].id);
     }
   }
 
-  importRevision(): Promise<bigint> {
-    return Promise.resolve(0n);
+  async importRevision(): Promise<bigint> {
+    // Each completed import audits itself at the revision it produced, under
+    // key id 0; a failed one leaves nothing, so the newest such line says it.
+    const [row] = await this.#call(() =>
+      this.#sql<{ seq: string | null }[]>`
+        SELECT max(seq) AS seq FROM audit
+        WHERE key_id = 0 AND action = 'import'`
+    );
+    return BigInt(row.seq ?? 0);
+  }
+
+  abortImport(_options: ChangeOptions): Promise<boolean> {
+    // A transaction that did not commit has left nothing behind to undo.
+    return Promise.resolve(false);
   }
 
   async revision(): Promise<bigint> {
@@ -524,11 +543,12 @@ export class PostgresKeyStore implements KeyStore {
     // still has the server's.
     return await this.#call(() =>
       this.#sql.begin(async (tx) => {
-        const [state] = await tx<{ empty: boolean }[]>`
-          SELECT m.revision = 0
-            AND NOT EXISTS (SELECT 1 FROM keys)
+        await lockForImport(tx);
+        const [state] = await tx<{ empty: boolean; revision: string }[]>`
+          SELECT NOT EXISTS (SELECT 1 FROM keys)
             AND NOT EXISTS (SELECT 1 FROM audit)
-            AND NOT EXISTS (SELECT 1 FROM last_used) AS empty
+            AND NOT EXISTS (SELECT 1 FROM last_used) AS empty,
+            m.revision
           FROM meta m FOR UPDATE`;
         if (!state.empty) {
           throw new StoreInputError(
@@ -537,7 +557,9 @@ export class PostgresKeyStore implements KeyStore {
         }
         const counts = await writeImport(tx, items);
         const at = new Date();
-        const revision = counts.audit + 1;
+        // Above the imported audit lines and every revision the store had.
+        const revision = (bigMax(BigInt(state.revision), BigInt(counts.audit)) +
+          1n).toString();
         await tx`
           UPDATE meta SET revision = ${revision}, last_key_id = ${counts.maxId}`;
         await insertAudit(tx, revision, at, {
@@ -615,6 +637,11 @@ export class PostgresKeyStore implements KeyStore {
   ): Promise<T> {
     return this.#call(() =>
       this.#sql.begin(async (tx) => {
+        // Refused at once while an import holds the store, rather than after
+        // the lock timeout with a message that blames the database.
+        const [free] = await tx<{ free: boolean }[]>`
+          SELECT pg_try_advisory_xact_lock_shared(${IMPORT_LOCK}) AS free`;
+        if (!free.free) throw new ImportStateError("import-unfinished");
         const [meta] = await tx<{ revision: string; last_key_id: string }[]>`
           SELECT revision, last_key_id FROM meta FOR UPDATE`;
         let lastId = Number(meta.last_key_id);
@@ -622,7 +649,10 @@ export class PostgresKeyStore implements KeyStore {
         const { result, audit } = await work({
           tx,
           at,
-          nextId: () => ++lastId,
+          nextId: () => {
+            if (lastId >= MAX_KEY_ID) throw keyIdsExhausted();
+            return ++lastId;
+          },
         });
         if (audit !== null) {
           const revision = (BigInt(meta.revision) + 1n).toString();
@@ -715,6 +745,37 @@ async function saveRevocation(tx: Tx, record: KeyRecord): Promise<void> {
     WHERE id = ${record.id}`;
 }
 
+/** The advisory lock an import holds alone and every change shares. */
+const IMPORT_LOCK = 0x6b657973; // "keys"
+
+/**
+ * Takes the import lock without waiting on another import: two imports at
+ * once would otherwise run one after the other, and the second fail only
+ * once the first is done. A change holds the lock shared for a moment only,
+ * so that is waited out briefly.
+ */
+async function lockForImport(tx: Tx): Promise<void> {
+  for (let tries = 0; tries < 20; tries++) {
+    const [lock] = await tx<{ locked: boolean }[]>`
+      SELECT pg_try_advisory_xact_lock(${IMPORT_LOCK}) AS locked`;
+    if (lock.locked) return;
+    const [other] = await tx<{ importing: boolean }[]>`
+      SELECT EXISTS (
+        SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+        WHERE l.locktype = 'advisory' AND d.datname = current_database()
+          AND l.objid = ${IMPORT_LOCK}::bigint::oid
+          AND l.mode = 'ExclusiveLock' AND l.granted
+      ) AS importing`;
+    if (other.importing) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new ImportStateError("import-unfinished");
+}
+
+function bigMax(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
+}
+
 async function insertAudit(
   tx: Tx,
   revision: number | string,
@@ -732,9 +793,7 @@ async function writeImport(
   items: AsyncIterable<ExportItem>,
 ): Promise<{ keys: number; audit: number; maxId: number }> {
   const counts = { keys: 0, audit: 0, maxId: 0 };
-  const names = new Set<string>();
-  const ids = new Set<number>();
-  const hashes = new Set<string>();
+  const checker = new ImportChecker();
   let keys: Record<string, unknown>[] = [];
   let audit: Record<string, unknown>[] = [];
   const flush = async () => {
@@ -745,11 +804,7 @@ async function writeImport(
   };
   for await (const item of items) {
     if (item.type === "key") {
-      const record = checkImportedRecord(item.record, names);
-      if (ids.has(record.id)) duplicate("an id", record.id);
-      if (hashes.has(record.hash)) duplicate("a hash", record.id);
-      ids.add(record.id);
-      hashes.add(record.hash);
+      const record = checker.record(item.record);
       keys.push({
         id: record.id,
         name: record.name,
@@ -766,9 +821,9 @@ async function writeImport(
         last_used_at: record.lastUsedAt,
       });
       counts.keys++;
-      counts.maxId = Math.max(counts.maxId, record.id);
+      counts.maxId = checker.maxId;
     } else if (item.type === "audit") {
-      const entry = checkImportedAudit(item.entry);
+      const entry = checker.audit(item.entry);
       audit.push({
         seq: ++counts.audit,
         at: entry.at,
@@ -823,12 +878,6 @@ function importedNameKey(record: KeyRecord): string {
   } catch {
     return record.name.toLowerCase();
   }
-}
-
-function duplicate(what: string, id: number): never {
-  throw new StoreInputError(
-    `The import's key ${id} has ${what} another key has; fix or regenerate the export`,
-  );
 }
 
 function toRecord(row: KeyRow, withLastUsed: boolean): KeyRecord {

@@ -127,19 +127,6 @@ export interface KeyStore {
    */
   revision(): Promise<bigint>;
   /**
-   * Every key, valid or revoked, with an id above `afterId`, in id order:
-   * what an in-memory index of the keys needs, hashes only.
-   */
-  keyHashes(
-    options?: { afterId?: number },
-  ): AsyncIterable<{ id: number; hash: string }>;
-  /**
-   * The revision at which the set of keys was last replaced wholesale (an
-   * import, finished or failed); 0 when never. An index at revision R must
-   * rebuild when this is above R, as imported ids need not be new.
-   */
-  importRevision(): Promise<bigint>;
-  /**
    * `findByHash()` together with the revision the record was read at, in one
    * consistent read: the pair a cache needs.
    */
@@ -163,6 +150,28 @@ export interface KeyStore {
     items: AsyncIterable<ExportItem>,
     options: ChangeOptions,
   ): Promise<{ keys: number; audit: number }>;
+  /**
+   * Every key, valid and revoked, with an id above `afterId`, in id order and
+   * streamed in batches: what an in-memory index of the keys is built from.
+   * Yields nothing while an import is unfinished, as no key authenticates then.
+   */
+  keyHashes(options?: { afterId?: number }): AsyncIterable<{
+    id: number;
+    hash: string;
+  }>;
+  /**
+   * The revision at which the set of keys was last replaced wholesale (an
+   * import began, completed, failed or was aborted); 0n if never. An index
+   * built at revision R must rebuild from scratch once this exceeds R, as
+   * ids may then have been reused.
+   */
+  importRevision(): Promise<bigint>;
+  /**
+   * Ends an import that is unfinished (interrupted, or still running in
+   * another process, which then fails): empties the store as it was before
+   * the import. Returns false when no import was unfinished.
+   */
+  abortImport(options: ChangeOptions): Promise<boolean>;
   /** Releases the store. */
   close(): Promise<void>;
 }
@@ -179,6 +188,29 @@ export class StoreInputError extends Error {
   constructor(message: string, options: { field?: InputField } = {}) {
     super(message);
     this.field = options.field;
+  }
+}
+
+/** Why an import cannot go on; see {@linkcode ImportStateError}. */
+export type ImportStateCode = "import-unfinished" | "import-aborted";
+
+/**
+ * The store is in the middle of an import, or the import this call was
+ * running was aborted from elsewhere. `import-unfinished`: another import
+ * runs or one was interrupted, and every change is refused until it ends.
+ * `import-aborted`: `keys import --abort` ended this import.
+ */
+export class ImportStateError extends StoreInputError {
+  override name = "ImportStateError";
+  readonly code: ImportStateCode;
+
+  constructor(code: ImportStateCode) {
+    super(
+      code === "import-unfinished"
+        ? 'An import into this store is running or was interrupted, and no key works until it ends; wait for it, or if none is running, run "keys import --abort" to empty the store and then import again'
+        : 'The import was aborted by "keys import --abort" and nothing of it remains; run the import again',
+    );
+    this.code = code;
   }
 }
 
@@ -211,6 +243,19 @@ export function nameTaken(name: string, id: number): StoreInputError {
 export function cannotRotateRevoked(id: number): StoreInputError {
   return new StoreInputError(
     `Key ${id} is revoked; create a new key instead of rotating it`,
+  );
+}
+
+/**
+ * The highest key id: below 2^31, so that ids stay exact wherever they are
+ * counted and every store's export can be imported again.
+ */
+export const MAX_KEY_ID = 2 ** 31 - 1;
+
+/** The error for a store that has handed out every id up to {@linkcode MAX_KEY_ID}. */
+export function keyIdsExhausted(): StoreInputError {
+  return new StoreInputError(
+    `Key ids have reached ${MAX_KEY_ID}, the highest there is; move the keys to a new store with "keys export" and an edited import`,
   );
 }
 

@@ -5,7 +5,10 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
+import { KeyLookup } from "../lib/auth.ts";
 import {
+  type ExportItem,
+  ImportStateError,
   KeyNotFoundError,
   type KeyRecord,
   type KeyStore,
@@ -27,6 +30,81 @@ async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
 function input(name: string, email = `${name.replace(/\W/g, "")}@example.com`) {
   const { hash, hint } = generateApiKey();
   return { name, email, hash, hint };
+}
+
+/** A key and the record an export would hold for it. */
+export function importedKey(
+  id: number,
+  status: "valid" | "revoked" = "valid",
+): { key: string; record: KeyRecord } {
+  const fresh = generateApiKey();
+  const record = newRecord(id, {
+    name: `imported-${id}`,
+    email: `ops-${id}@example.com`,
+    hash: fresh.hash,
+    hint: fresh.hint,
+  }, new Date());
+  return {
+    key: fresh.key,
+    record: status === "valid" ? record : {
+      ...record,
+      status,
+      revokedAt: record.createdAt,
+      revokedReason: "left",
+    },
+  };
+}
+
+/**
+ * Audit lines enough that a store writing an import in batches has written
+ * the keys before them by the time it has taken them all.
+ */
+export function fillerLines(count = 450): ExportItem[] {
+  return Array.from({ length: count }, () => ({
+    type: "audit" as const,
+    entry: {
+      at: new Date().toISOString(),
+      action: "create" as const,
+      keyId: 1,
+      actor: ACTOR,
+      detail: null,
+    },
+  }));
+}
+
+/**
+ * An import that stops after `pauseAfter` items until `go()` is called, like
+ * a FIFO whose writer is slow; `go(error)` makes it fail there instead.
+ */
+export function pausedImport(
+  items: ExportItem[],
+  pauseAfter: number,
+): {
+  items: AsyncIterable<ExportItem>;
+  paused: Promise<void>;
+  go(error?: Error): void;
+} {
+  const paused = Promise.withResolvers<void>();
+  const resume = Promise.withResolvers<Error | undefined>();
+  return {
+    items: (async function* () {
+      for (const [index, item] of items.entries()) {
+        if (index === pauseAfter) {
+          paused.resolve();
+          const error = await resume.promise;
+          if (error) throw error;
+        }
+        yield item;
+      }
+      if (pauseAfter >= items.length) {
+        paused.resolve();
+        const error = await resume.promise;
+        if (error) throw error;
+      }
+    })(),
+    paused: paused.promise,
+    go: (error) => resume.resolve(error),
+  };
 }
 
 /** Registers the contract tests for one store. */
@@ -343,5 +421,187 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.deepEqual(await collect(store.exportAll()), []);
     assert.equal(await store.findByHash(good.hash), null);
     assert.equal((await store.create(input("b"), { actor: ACTOR })).id, 1);
+  });
+
+  test("keyHashes() streams every key, valid and revoked, after an id in id order", async (store) => {
+    const made: KeyRecord[] = [];
+    for (let i = 0; i < 12; i++) {
+      made.push(await store.create(input(`k${i}`), { actor: ACTOR }));
+    }
+    await store.revoke(3, { actor: ACTOR });
+    const { created } = await store.rotate(4, generateApiKey(), {
+      actor: ACTOR,
+    });
+    made.push(created);
+    assert.deepEqual(
+      await collect(store.keyHashes()),
+      made.map((r) => ({ id: r.id, hash: r.hash })),
+    );
+    assert.deepEqual(
+      await collect(store.keyHashes({ afterId: 10 })),
+      made.slice(10).map((r) => ({ id: r.id, hash: r.hash })),
+    );
+    assert.deepEqual(await collect(store.keyHashes({ afterId: 13 })), []);
+  });
+
+  test("importRevision() is 0 until an import, then the revision it completed at", async (store) => {
+    assert.equal(await store.importRevision(), 0n);
+    const a = importedKey(1);
+    await store.importAll(
+      (async function* () {
+        yield { type: "key" as const, record: a.record };
+      })(),
+      { actor: ACTOR },
+    );
+    const imported = await store.importRevision();
+    assert.equal(imported, await store.revision());
+    assert.ok(imported > 0n);
+    await store.create(input("b"), { actor: ACTOR });
+    assert.equal(await store.importRevision(), imported);
+    assert.ok(await store.revision() > imported);
+  });
+
+  test("abortImport() with no import unfinished changes nothing", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const revision = await store.revision();
+    assert.equal(await store.abortImport({ actor: ACTOR }), false);
+    assert.equal(await store.revision(), revision);
+    assert.deepEqual(await store.get(a.id), a);
+  });
+
+  test("no key of an import authenticates before it completes, nor after it fails, through a caching lookup", async (store) => {
+    const lookup = new KeyLookup(store);
+    const a = importedKey(1);
+    const b = importedKey(2);
+    const items: ExportItem[] = [
+      { type: "key", record: a.record },
+      { type: "key", record: b.record },
+      ...fillerLines(),
+    ];
+    const run = pausedImport(items, items.length);
+    const importing = store.importAll(run.items, { actor: ACTOR });
+    await run.paused;
+    const before = await store.revision();
+    assert.equal((await lookup.authenticate(a.key)).ok, false);
+    assert.equal((await lookup.authenticate(b.key)).ok, false);
+    run.go(new StoreInputError("line 3 is bad"));
+    await assert.rejects(importing, StoreInputError);
+    assert.ok(await store.revision() >= before);
+    assert.equal((await lookup.authenticate(a.key)).ok, false);
+    assert.deepEqual(await collect(store.list({ includeRevoked: true })), []);
+    // The store is as before: the next import or create starts afresh.
+    const next = await store.create(input("c"), { actor: ACTOR });
+    assert.equal(next.id, 1);
+    assert.equal((await lookup.authenticate(a.key)).ok, false);
+  });
+
+  test("a completed import's keys authenticate at once through a lookup that cached them as unknown", async (store) => {
+    const lookup = new KeyLookup(store);
+    const a = importedKey(1);
+    const r = importedKey(2, "revoked");
+    assert.equal((await lookup.authenticate(a.key)).ok, false);
+    const items: ExportItem[] = [
+      { type: "key", record: a.record },
+      { type: "key", record: r.record },
+      ...fillerLines(),
+    ];
+    const run = pausedImport(items, items.length);
+    const importing = store.importAll(run.items, { actor: ACTOR });
+    await run.paused;
+    assert.equal((await lookup.authenticate(a.key)).ok, false);
+    // A server started meanwhile has nothing cached that could hide it.
+    assert.equal((await new KeyLookup(store).authenticate(a.key)).ok, false);
+    run.go();
+    await importing;
+    assert.equal((await lookup.authenticate(a.key)).ok, true);
+    assert.deepEqual(await lookup.authenticate(r.key), {
+      ok: false,
+      reason: "revoked",
+    });
+  });
+
+  test("a second import while one runs is refused at once, and only the first one's keys land", async (store) => {
+    const first = [1, 2, 3].map((id) => importedKey(id));
+    const second = [1, 2, 3, 4].map((id) => importedKey(id));
+    const run = pausedImport(
+      first.map((k) => ({ type: "key" as const, record: k.record })),
+      2,
+    );
+    const importing = store.importAll(run.items, { actor: ACTOR });
+    await run.paused;
+    const started = Date.now();
+    await assert.rejects(
+      store.importAll(
+        (async function* () {
+          for (const k of second) {
+            yield { type: "key" as const, record: k.record };
+          }
+        })(),
+        { actor: ACTOR },
+      ),
+      (e: Error) =>
+        e instanceof ImportStateError && e.code === "import-unfinished",
+    );
+    assert.ok(Date.now() - started < 3000, "the second import waited");
+    await assert.rejects(
+      store.create(input("z"), { actor: ACTOR }),
+      ImportStateError,
+    );
+    run.go();
+    assert.deepEqual(await importing, { keys: 3, audit: 0 });
+    assert.deepEqual(
+      (await collect(store.keyHashes())).map((k) => k.hash),
+      first.map((k) => k.record.hash),
+    );
+  });
+
+  test("importAll() refuses ids outside 1 to 2^31-1, duplicate ids and duplicate hashes, leaving the store empty", async (store) => {
+    const lookup = new KeyLookup(store);
+    const a = importedKey(1);
+    const cases: [string, KeyRecord[]][] = [
+      ["an id of 2^53-1", [a.record, {
+        ...importedKey(2).record,
+        id: Number.MAX_SAFE_INTEGER,
+      }]],
+      ["an id of 2^31", [a.record, { ...importedKey(2).record, id: 2 ** 31 }]],
+      ["an id of 1.5", [a.record, { ...importedKey(2).record, id: 1.5 }]],
+      ["a duplicate id", [a.record, { ...importedKey(1).record }]],
+      ["a duplicate hash", [a.record, {
+        ...importedKey(2).record,
+        hash: a.record.hash,
+      }]],
+    ];
+    for (const [what, records] of cases) {
+      await assert.rejects(
+        store.importAll(
+          (async function* () {
+            for (const record of records) {
+              yield { type: "key" as const, record };
+            }
+          })(),
+          { actor: ACTOR },
+        ),
+        StoreInputError,
+        what,
+      );
+      assert.deepEqual(
+        await collect(store.list({ includeRevoked: true })),
+        [],
+        what,
+      );
+      assert.equal((await lookup.authenticate(a.key)).ok, false, what);
+    }
+    const ok = importedKey(2 ** 31 - 1);
+    await store.importAll(
+      (async function* () {
+        yield { type: "key" as const, record: ok.record };
+      })(),
+      { actor: ACTOR },
+    );
+    await assert.rejects(
+      store.create(input("next"), { actor: ACTOR }),
+      StoreInputError,
+    );
+    assert.equal((await lookup.authenticate(ok.key)).ok, true);
   });
 }
