@@ -1,11 +1,17 @@
 /**
- * JSON lines on stdout, buffered: one `writeSync` per batch instead of one
- * per request, so that logging every request stays on under load.
+ * JSON lines on stdout, buffered: one write per batch instead of one per
+ * request, so that logging every request stays on under load.
+ *
+ * Writes are asynchronous and bounded: a log reader that stalls (a paused
+ * shipper, a full pipe) must not stall the server, and one that goes away
+ * (a broken pipe) must not stop it. Past `maxQueuedBytes` waiting to be
+ * written, lines are dropped and counted; after a failed write, logging
+ * stops with one line on stderr.
  *
  * @module
  */
 
-import { writeAllSync } from "./_write_all.ts";
+import { writeAll } from "./_write_all.ts";
 
 /** The fields of one request's log line (never a key, header value or query string). */
 export interface RequestLogLine {
@@ -27,10 +33,37 @@ export class JsonLog {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #encoder = new TextEncoder();
   #delayMs: number;
+  #out: { write(bytes: Uint8Array): Promise<number> };
+  #maxQueued: number;
+  #queued = 0;
+  #dropped = 0;
+  #broken = false;
+  #chain: Promise<void> = Promise.resolve();
 
-  /** Lines wait at most `delayMs` (default 20 ms) before they are written. */
-  constructor(options: { delayMs?: number } = {}) {
+  /**
+   * Lines wait at most `delayMs` (default 20 ms) before they are written to
+   * `out` (default stdout); at most `maxQueuedBytes` (default 4 MiB) wait.
+   */
+  constructor(
+    options: {
+      delayMs?: number;
+      out?: { write(bytes: Uint8Array): Promise<number> };
+      maxQueuedBytes?: number;
+    } = {},
+  ) {
     this.#delayMs = options.delayMs ?? 20;
+    this.#out = options.out ?? Deno.stdout;
+    this.#maxQueued = options.maxQueuedBytes ?? 4 * 1024 * 1024;
+  }
+
+  /** Lines dropped because the reader did not keep up. */
+  get dropped(): number {
+    return this.#dropped;
+  }
+
+  /** Resolves once everything flushed so far is written (or dropped). */
+  settled(): Promise<void> {
+    return this.#chain;
   }
 
   /** Queues one line; `time` is added first. */
@@ -80,14 +113,51 @@ export class JsonLog {
     }
   }
 
-  /** Writes everything queued, now. */
+  /** Hands everything queued to the writer, now. */
   flush(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#lines.length === 0) return;
-    const bytes = this.#encoder.encode(this.#lines.join("\n") + "\n");
+    const count = this.#lines.length;
+    const text = this.#lines.join("\n") + "\n";
     this.#lines = [];
     this.#size = 0;
-    writeAllSync(Deno.stdout, bytes);
+    if (this.#broken) return;
+    if (this.#queued + text.length > this.#maxQueued) {
+      this.#dropped += count;
+      return;
+    }
+    let dropped = "";
+    if (this.#dropped > 0 && this.#queued === 0) {
+      dropped = `${
+        JSON.stringify({
+          time: this.#time(),
+          msg: "log_lines_dropped",
+          count: this.#dropped,
+        })
+      }\n`;
+      this.#dropped = 0;
+    }
+    const bytes = this.#encoder.encode(dropped + text);
+    this.#queued += bytes.length;
+    this.#chain = this.#chain.then(async () => {
+      if (this.#broken) return;
+      try {
+        await writeAll(this.#out, bytes);
+      } catch (error) {
+        this.#broken = true;
+        try {
+          console.error(
+            `The request log stopped: stdout cannot be written (${
+              error instanceof Error ? error.name : "error"
+            }); the service goes on without it`,
+          );
+        } catch {
+          // stderr is gone too: nothing left to tell
+        }
+      } finally {
+        this.#queued -= bytes.length;
+      }
+    });
   }
 }

@@ -1,0 +1,91 @@
+/**
+ * The request log goes to stdout, read by whatever the operator pipes it
+ * to. A reader that dies or stalls must not take the service with it.
+ */
+
+import assert from "node:assert/strict";
+import { createKey, taskArgs, tempDir } from "./_helpers.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+
+/** Starts the server with stdout piped; returns it, its port and its stderr text. */
+async function serverWithPipedLog(cwd: string) {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: taskArgs("start"),
+    cwd,
+    env: { PORT: "0" },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stdout.getReader();
+  let text = "";
+  const decoder = new TextDecoder();
+  let port = 0;
+  while (port === 0) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the server did not start: ${text}`);
+    text += decoder.decode(value);
+    port = Number(text.match(/"address":"http:\/\/[^"]*:(\d+)"/)?.[1] ?? 0);
+  }
+  let stderr = "";
+  const stderrDone = (async () => {
+    for await (const chunk of child.stderr) stderr += decoder.decode(chunk);
+  })();
+  return { child, reader, port, stderr: () => stderr, stderrDone };
+}
+
+async function calls(port: number, key: string, count: number) {
+  const statuses: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const response = await fetch(`http://127.0.0.1:${port}${ROUTE}`, {
+      headers: { "X-API-Key": key },
+    });
+    await response.body?.cancel();
+    statuses.push(response.status);
+  }
+  return statuses;
+}
+
+Deno.test("the server keeps serving after the program reading its log exits", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "monitoring");
+  const server = await serverWithPipedLog(dir.path);
+  try {
+    await server.reader.cancel(); // the log shipper goes away: a broken pipe
+    const statuses = await calls(server.port, key, 50);
+    await new Promise((r) => setTimeout(r, 100)); // a flush or two
+    statuses.push(...await calls(server.port, key, 50));
+    assert.ok(statuses.every((s) => s === 200), statuses.join(","));
+  } finally {
+    server.child.kill();
+    await server.child.status;
+    await server.stderrDone;
+  }
+  assert.match(
+    server.stderr(),
+    /The request log stopped: stdout cannot be written/,
+  );
+  assert.ok(!server.stderr().includes(key.slice(4)));
+});
+
+Deno.test("the server keeps serving while the program reading its log stalls", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "monitoring");
+  const server = await serverWithPipedLog(dir.path);
+  try {
+    // Nobody reads: the pipe's 64 KiB fill after a few hundred lines.
+    const started = performance.now();
+    const statuses = await calls(server.port, key, 3000);
+    assert.ok(statuses.every((s) => s === 200));
+    assert.ok(
+      performance.now() - started < 20_000,
+      "requests were held up by the log",
+    );
+  } finally {
+    server.child.kill();
+    await server.child.status;
+    await server.reader.cancel().catch(() => {});
+    await server.stderrDone;
+  }
+});
