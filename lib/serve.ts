@@ -123,6 +123,8 @@ class _Connection {
   /** A request announced a body that nobody will read. */
   bodyUnread = false;
   closed = false;
+  /** Deno's server for this one connection, once it runs. */
+  server?: { shutdown(): Promise<void> };
 
   close(): void {
     if (this.closed) return;
@@ -180,8 +182,8 @@ export function serveGuarded(
         }
       }
       if (!oldest) break;
+      // It leaves the set when Deno reports it closed, so the cap counts it until then.
       oldest.close();
-      connections.delete(oldest);
       closed++;
     }
     shed += closed;
@@ -252,12 +254,8 @@ export function serveGuarded(
         finishing.delete(done);
       });
     finishing.add(done);
-    connectionServers.set(connection, server);
+    connection.server = server;
   };
-  const connectionServers = new WeakMap<
-    _Connection,
-    { shutdown(): Promise<void> }
-  >();
 
   const acceptLoop = async () => {
     let pauseMs = 0;
@@ -267,10 +265,12 @@ export function serveGuarded(
         conn = await listener.accept();
       } catch (error) {
         if (stopping) break;
-        // Out of descriptors or buffers: free some and wait, never give up.
-        shedIdle(8);
+        // Out of descriptors or memory: free some. Whatever the error, wait
+        // a little longer each time it repeats, and never give up.
+        const code = _errorCode(error);
+        if (_EXHAUSTION_CODES.has(code)) shedIdle(8);
         pauseMs = Math.min(1000, pauseMs === 0 ? 10 : pauseMs * 2);
-        report({ msg: "accept failed", error: _errorCode(error), pauseMs });
+        report({ msg: "accept failed", error: code, pauseMs });
         await new Promise((resolve) => setTimeout(resolve, pauseMs));
         continue;
       }
@@ -296,7 +296,7 @@ export function serveGuarded(
       _closeQuietly(listener);
       for (const connection of connections) {
         // Idle ones close at once; busy ones finish their requests first.
-        connectionServers.get(connection)?.shutdown().catch(() => {});
+        connection.server?.shutdown().catch(() => {});
       }
       await accepting;
       while (finishing.size > 0) await Promise.all([...finishing]);
@@ -316,6 +316,9 @@ export function serveGuarded(
     connectionCount: () => connections.size,
   };
 }
+
+/** Accept errors that mean the process is out of a resource connections hold. */
+const _EXHAUSTION_CODES = new Set(["EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"]);
 
 function _settle(
   connection: _Connection,
