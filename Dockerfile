@@ -39,4 +39,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
 
 # Exactly the start task's command. The base image's entrypoint (tini) passes
 # SIGTERM on, so `docker stop` lets in-flight requests finish.
-CMD ["deno", "run", "-q", "--no-prompt", "--env-file", "--v8-flags=--max-semi-space-size=2", "--allow-net=0.0.0.0,127.0.0.1,[::]", "--allow-read=./data", "--allow-write=./data", "--allow-env=PORT,HOST,DENO_KV_PATH,TRUST_PROXY_HOPS,TRUSTED_PROXIES,LOCKOUT_MAX_FAILURES,LOCKOUT_WINDOW_SECONDS,LOCKOUT_SECONDS,TLS_CERT_FILE,TLS_KEY_FILE,DATABASE_URL,PGAPPNAME", "main.ts"]
+CMD ["deno", "run", "-q", "--no-prompt", "--env-file", "--v8-flags=--max-semi-space-size=2", "--allow-net=0.0.0.0,127.0.0.1,[::]", "--allow-read=./data", "--allow-write=./data", "--allow-env=PORT,HOST,DENO_KV_PATH,TRUST_PROXY_HOPS,TRUSTED_PROXIES,LOCKOUT_MAX_FAILURES,LOCKOUT_WINDOW_SECONDS,LOCKOUT_SECONDS,TLS_CERT_FILE,TLS_KEY_FILE,HEADER_TIMEOUT_SECONDS,IDLE_TIMEOUT_SECONDS,MAX_CONNECTIONS,DATABASE_URL,PGAPPNAME", "main.ts"]

@@ -10,6 +10,7 @@ import { createHandler } from "./lib/handler.ts";
 import { LastUsedRecorder } from "./lib/last_used.ts";
 import { LockoutTracker } from "./lib/lockout.ts";
 import { JsonLog } from "./lib/log.ts";
+import { serveGuarded, ServeUnsupportedError } from "./lib/serve.ts";
 import { openStore } from "./lib/store.ts";
 
 /** Starts the server; resolves once it has stopped after SIGTERM or SIGINT. */
@@ -29,17 +30,23 @@ export async function serve(): Promise<void> {
     log: (fields) => log.write(fields),
     logRequest: (line) => log.request(line),
   });
-  const server = Deno.serve({
+  const server = serveGuarded(handler, {
     port: config.port,
     hostname: config.hostname,
-    ...tls,
+    tls,
+    limits: {
+      headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
+      idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
+      maxConnections: config.connections.maxConnections,
+    },
     onListen: ({ hostname, port }) => {
       const scheme = tls ? "https" : "http";
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
       log.write({ msg: "listening", address: `${scheme}://${host}:${port}` });
       log.flush();
     },
-  }, handler);
+    onEvent: (event) => log.write(event),
+  });
 
   const stop = () => {
     log.write({ msg: "stopping" });
@@ -55,11 +62,20 @@ export async function serve(): Promise<void> {
   await store.close();
   log.write({ msg: "stopped" });
   log.flush();
+  // A stalled log reader must not keep a stopping server alive for ever.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    log.settled(),
+    new Promise((resolve) => timer = setTimeout(resolve, 2000)),
+  ]);
+  clearTimeout(timer);
 }
 
 if (import.meta.main) {
   try {
     await serve();
+    // Whatever the log could not write by now is given up.
+    Deno.exit(0);
   } catch (error) {
     console.error(startFailure(error));
     Deno.exit(1);
@@ -69,6 +85,7 @@ if (import.meta.main) {
 /** One line for the operator: what failed and what to do about it. */
 function startFailure(error: unknown): string {
   if (error instanceof ConfigError) return error.message;
+  if (error instanceof ServeUnsupportedError) return error.message;
   if (error instanceof Deno.errors.NotCapable) {
     return `The start was refused a permission: ${error.message}; ` +
       `the start task may only listen on 0.0.0.0, 127.0.0.1 or [::] and read ./data, so keep HOST, DENO_KV_PATH and TLS files within those or run main.ts with matching --allow flags`;

@@ -32,6 +32,12 @@ export interface Config {
   lockout: { maxFailures: number; windowSeconds: number; lockSeconds: number };
   /** Certificate and private key files (PEM) when the server speaks HTTPS itself. */
   tls: { certFile: string; keyFile: string } | null;
+  /** Bounds on connections, so idle or slow clients cannot exhaust the server. */
+  connections: {
+    headerTimeoutSeconds: number;
+    idleTimeoutSeconds: number;
+    maxConnections: number;
+  };
 }
 
 /** A bad configuration value; its message is meant for the operator as is. */
@@ -96,6 +102,23 @@ export function readConfig(env: EnvReader): Config {
       }),
     },
     tls: tlsFiles(env),
+    connections: {
+      headerTimeoutSeconds: integer(env, "HEADER_TIMEOUT_SECONDS", {
+        default: 10,
+        min: 1,
+        max: 3_600,
+      }),
+      idleTimeoutSeconds: integer(env, "IDLE_TIMEOUT_SECONDS", {
+        default: 30,
+        min: 1,
+        max: 3_600,
+      }),
+      maxConnections: integer(env, "MAX_CONNECTIONS", {
+        default: 900,
+        min: 1,
+        max: 1_000_000,
+      }),
+    },
   };
 }
 

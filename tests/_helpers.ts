@@ -139,17 +139,28 @@ export interface ServerProcess extends AsyncDisposable {
   stop(signal?: Deno.Signal): Promise<number>;
 }
 
-/** Starts the server with the `start` task's permissions in `cwd`. */
+/**
+ * Starts the server with the `start` task's permissions in `cwd`.
+ * `openFiles` runs it under `ulimit -n` of that many descriptors.
+ */
 export async function startServer(
   cwd: string,
   env: Record<string, string> = {},
   task = "start",
-  options: { keepOutput?: boolean } = {},
+  options: { keepOutput?: boolean; openFiles?: number } = {},
 ): Promise<ServerProcess> {
   // A benchmark drains millions of log lines: keep only what finds the port.
   const keep = options.keepOutput ?? true;
-  const child = new Deno.Command(Deno.execPath(), {
-    args: taskArgs(task),
+  const limited = options.openFiles !== undefined;
+  const child = new Deno.Command(limited ? "bash" : Deno.execPath(), {
+    args: limited
+      ? [
+        "-c",
+        `ulimit -n ${options.openFiles} && exec "$0" "$@"`,
+        Deno.execPath(),
+        ...taskArgs(task),
+      ]
+      : taskArgs(task),
     cwd,
     env: { PORT: "0", ...env },
     stdin: "null",

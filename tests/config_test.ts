@@ -4,7 +4,7 @@ import { formatCidr } from "../lib/ip.ts";
 
 const env = (vars: Record<string, string>) => (name: string) => vars[name];
 
-Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 failures a minute lock for 5 minutes", () => {
+Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 failures a minute lock for 5 minutes, 10 s heads, 30 s idle, 900 connections", () => {
   assert.deepEqual(readConfig(env({})), {
     port: 8000,
     hostname: "0.0.0.0",
@@ -12,7 +12,41 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
     trustedProxies: [],
     lockout: { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 },
     tls: null,
+    connections: {
+      headerTimeoutSeconds: 10,
+      idleTimeoutSeconds: 30,
+      maxConnections: 900,
+    },
   });
+});
+
+Deno.test("readConfig() takes the connection limits and refuses 0", () => {
+  const config = readConfig(env({
+    HEADER_TIMEOUT_SECONDS: "5",
+    IDLE_TIMEOUT_SECONDS: "75",
+    MAX_CONNECTIONS: "200",
+  }));
+  assert.deepEqual(config.connections, {
+    headerTimeoutSeconds: 5,
+    idleTimeoutSeconds: 75,
+    maxConnections: 200,
+  });
+  for (
+    const name of [
+      "HEADER_TIMEOUT_SECONDS",
+      "IDLE_TIMEOUT_SECONDS",
+      "MAX_CONNECTIONS",
+    ]
+  ) {
+    assert.throws(() => readConfig(env({ [name]: "0" })), (error: Error) => {
+      assert(error instanceof ConfigError);
+      assert.match(
+        error.message,
+        new RegExp(`^${name} must be a whole number from 1 `),
+      );
+      return true;
+    });
+  }
 });
 
 Deno.test("readConfig() takes the lock-out, proxy and TLS variables", () => {

@@ -1,0 +1,270 @@
+/**
+ * Connection floods against a real server at `ulimit -n 1024`: idle
+ * connections, heads that never finish, bodies nobody reads. Each test holds
+ * its attack while a valid key is checked, and bounds its own run time.
+ */
+
+import assert from "node:assert/strict";
+import { createKey, startServer, tempDir } from "./_helpers.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+
+/** Opens `count` TCP connections that send nothing; all must connect. */
+async function openIdle(port: number, count: number): Promise<Deno.Conn[]> {
+  const conns: Deno.Conn[] = [];
+  for (let i = 0; i < count; i++) {
+    conns.push(await Deno.connect({ hostname: "127.0.0.1", port }));
+  }
+  return conns;
+}
+
+/** Resolves with the seconds since `start` at which the server closed `conn`. */
+async function closedAfter(conn: Deno.Conn, start: number): Promise<number> {
+  const buffer = new Uint8Array(16 * 1024);
+  try {
+    while ((await conn.read(buffer)) !== null) {
+      // A response or a 400 may come first; the close is what counts.
+    }
+  } catch {
+    // A reset is a close too.
+  }
+  return (performance.now() - start) / 1000;
+}
+
+/** Waits at most `ms` for `promise`; undefined when it did not settle in time. */
+function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    promise,
+    new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+function closeAll(conns: Deno.Conn[]): void {
+  for (const conn of conns) {
+    try {
+      conn.close();
+    } catch {
+      // closed by the server
+    }
+  }
+}
+
+async function validStatus(url: string, key: string): Promise<number> {
+  const response = await fetch(`${url}${ROUTE}`, {
+    headers: { "X-API-Key": key },
+    signal: AbortSignal.timeout(5000),
+  });
+  await response.body?.cancel();
+  return response.status;
+}
+
+/** The server process has not exited. */
+async function alive(process: Deno.ChildProcess): Promise<boolean> {
+  return (await within(process.status, 50)) === undefined;
+}
+
+Deno.test("1 100 idle connections at ulimit -n 1024 neither stop the server nor keep a valid key from its 200, over HTTP/1.1 and HTTP/2", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "a");
+  // Timeouts far beyond the test: only the cap and the accept loop are at work.
+  await using server = await startServer(
+    dir.path,
+    {
+      HEADER_TIMEOUT_SECONDS: "600",
+      IDLE_TIMEOUT_SECONDS: "600",
+    },
+    "start",
+    { openFiles: 1024 },
+  );
+  const idle = await openIdle(server.port, 1100);
+  try {
+    await new Promise((r) => setTimeout(r, 500));
+    const statuses = [];
+    for (let i = 0; i < 20; i++) {
+      statuses.push(await validStatus(server.url, key));
+      // A fresh wave of idle connections between requests, as an attacker would.
+      idle.push(...await openIdle(server.port, 20));
+    }
+    assert.deepEqual(statuses, Array(20).fill(200));
+    // HTTP/2 by prior knowledge goes through the same accept loop.
+    using client = Deno.createHttpClient({ http1: false, http2: true });
+    const h2 = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        fetch(`${server.url}${ROUTE}`, {
+          client,
+          headers: { "X-API-Key": key },
+          signal: AbortSignal.timeout(5000),
+        }).then(async (response) => {
+          await response.body?.cancel();
+          return response.status;
+        })),
+    );
+    assert.deepEqual(h2, Array(10).fill(200));
+    assert(await alive(server.process), server.output());
+    assert.doesNotMatch(server.output(), /could not start/);
+  } finally {
+    closeAll(idle);
+  }
+});
+
+Deno.test("idle connections are closed after HEADER_TIMEOUT_SECONDS, kept-alive ones after IDLE_TIMEOUT_SECONDS", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "a");
+  await using server = await startServer(
+    dir.path,
+    {
+      HEADER_TIMEOUT_SECONDS: "2",
+      IDLE_TIMEOUT_SECONDS: "4",
+    },
+    "start",
+    { openFiles: 1024 },
+  );
+  const start = performance.now();
+  const idle = await openIdle(server.port, 200);
+  const keptAlive = await Deno.connect({
+    hostname: "127.0.0.1",
+    port: server.port,
+  });
+  await keptAlive.write(new TextEncoder().encode(
+    `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nX-API-Key: ${key}\r\n\r\n`,
+  ));
+  const answered = new Uint8Array(4096);
+  const n = await keptAlive.read(answered);
+  const afterResponse = performance.now();
+  assert.match(
+    new TextDecoder().decode(answered.subarray(0, n ?? 0)),
+    /^HTTP\/1\.1 200 /,
+  );
+  try {
+    const idleClosed = await within(
+      Promise.all(idle.map((conn) => closedAfter(conn, start))),
+      8000,
+    );
+    assert(idleClosed, "idle connections still open after 8 s");
+    assert(
+      Math.min(...idleClosed) >= 1.9,
+      `closed early: ${Math.min(...idleClosed)} s`,
+    );
+    assert(
+      Math.max(...idleClosed) <= 3.5,
+      `closed late: ${Math.max(...idleClosed)} s`,
+    );
+    const keptAliveClosed = await within(
+      closedAfter(keptAlive, afterResponse),
+      8000,
+    );
+    assert(
+      keptAliveClosed,
+      "the kept-alive connection is still open after 8 s",
+    );
+    assert(
+      keptAliveClosed >= 3.9 && keptAliveClosed <= 5.5,
+      `${keptAliveClosed} s`,
+    );
+    assert.equal(await validStatus(server.url, key), 200);
+  } finally {
+    closeAll([...idle, keptAlive]);
+  }
+});
+
+Deno.test("a head dribbled one byte every 200 ms is closed within HEADER_TIMEOUT_SECONDS", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "a");
+  await using server = await startServer(
+    dir.path,
+    {
+      HEADER_TIMEOUT_SECONDS: "2",
+      IDLE_TIMEOUT_SECONDS: "30",
+    },
+    "start",
+    { openFiles: 1024 },
+  );
+  const head = new TextEncoder().encode(
+    `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nX-Slow: ${"a".repeat(1000)}`,
+  );
+  const start = performance.now();
+  const conns = await openIdle(server.port, 100);
+  let stop = false;
+  const dribbling = conns.map(async (conn) => {
+    for (let i = 0; i < head.length && !stop; i++) {
+      try {
+        await conn.write(head.subarray(i, i + 1));
+      } catch {
+        return;
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  });
+  try {
+    const closed = await within(
+      Promise.all(conns.map((conn) => closedAfter(conn, start))),
+      8000,
+    );
+    assert(closed, "dribbling connections still open after 8 s");
+    assert(Math.max(...closed) <= 3.5, `closed late: ${Math.max(...closed)} s`);
+    assert.equal(await validStatus(server.url, key), 200);
+  } finally {
+    stop = true;
+    closeAll(conns);
+    await Promise.all(dribbling);
+  }
+});
+
+Deno.test("a GET announcing a 10 GB body gets its answer and is cut off after a few MB; a small POST still gets its 405", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "a");
+  await using server = await startServer(dir.path, {}, "start", {
+    openFiles: 1024,
+  });
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
+  await conn.write(new TextEncoder().encode(
+    `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nX-API-Key: ${key}\r\nContent-Length: 10737418240\r\n\r\n`,
+  ));
+  let answer = "";
+  const reading = (async () => {
+    const buffer = new Uint8Array(4096);
+    try {
+      for (let n; (n = await conn.read(buffer)) !== null;) {
+        answer += new TextDecoder().decode(buffer.subarray(0, n));
+      }
+    } catch {
+      // reset after the answer
+    }
+  })();
+  const chunk = new Uint8Array(1 << 20).fill(0x61);
+  const start = performance.now();
+  let sent = 0;
+  let cutOff = false;
+  try {
+    while (performance.now() - start < 5000) {
+      sent += await conn.write(chunk);
+    }
+  } catch {
+    cutOff = true;
+  } finally {
+    try {
+      conn.close();
+    } catch {
+      // closed by the server
+    }
+  }
+  await reading;
+  assert(cutOff, `still reading after 5 s and ${sent >> 20} MB`);
+  // Socket buffers on both ends hold a few MB; the server reads almost nothing more.
+  assert(sent < 64 << 20, `${sent >> 20} MB were taken`);
+  assert.match(answer, /^HTTP\/1\.1 200 /);
+  assert.match(answer, /\r\nconnection: close\r\n/i);
+  assert.equal(await validStatus(server.url, key), 200);
+  // A body that arrived whole is answered as before, the connection then closed.
+  for (let i = 0; i < 5; i++) {
+    const response = await fetch(`${server.url}${ROUTE}`, {
+      method: "POST",
+      body: "{}",
+    });
+    await response.body?.cancel();
+    assert.equal(response.status, 405);
+  }
+});
