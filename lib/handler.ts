@@ -325,19 +325,31 @@ function carriesCredential(query: string): boolean {
   return KEY_PATTERN.test(safeDecode(query));
 }
 
+/**
+ * The URL text as a key-spotter must read it: every `%XX` of an ASCII
+ * character decoded, again and again, however the rest is escaped. Keys are
+ * ASCII, so `%FF` or `%zz` elsewhere must not stop `isk%5F…` from being
+ * seen, and neither may encoding it twice (`%255F`).
+ */
 function safeDecode(text: string): string {
-  try {
-    return decodeURIComponent(text.replaceAll("+", " "));
-  } catch {
-    return text;
+  let out = text.replaceAll("+", " ");
+  for (let round = 0; round < 4 && out.includes("%"); round++) {
+    const next = out.replace(
+      /%([0-7][0-9A-Fa-f])/g,
+      (_, hex: string) => String.fromCharCode(parseInt(hex, 16)),
+    );
+    if (next === out) break;
+    out = next;
   }
+  return out;
 }
 
 /** A path may hold anything a client typed, a key included: never log one. */
 function redact(path: string): string {
   // Only a path with "isk_" or an escape can hold a key; most are routes.
   if (!path.includes("isk_") && !path.includes("%")) return path;
-  return safeDecode(path).replace(KEY_ANYWHERE, "[redacted]");
+  // A key in any spelling withholds the whole path: no re-encoding can leak.
+  return pathCarriesKey(path) ? "[redacted: a key in the path]" : path;
 }
 
 // Unique per process without a random draw per request: a random prefix

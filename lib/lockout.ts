@@ -11,9 +11,12 @@
  * - per client address (IPv6 per /64): `maxFailures` in the window locks
  *   the address for `lockSeconds`;
  * - per network (/24, IPv6 /48): `networkMaxFailures` locks the network
- *   for every address in it that has not authenticated lately;
- * - everywhere: past `globalMaxFailures` in the window, only addresses that
- *   have authenticated lately are served until the rate falls again.
+ *   for every address in it that has not authenticated lately without
+ *   failing since;
+ * - everywhere: past `globalMaxFailures` in the window, an address is locked
+ *   at its first failure until the rate falls again. Nobody is refused for
+ *   the global rate alone, so a flood cannot shut honest clients out, while
+ *   each attacking address buys one guess.
  *
  * The per-address and per-network tables are bounded; a flood of fresh
  * addresses evicts the stalest counters, and what it evicts is still
@@ -38,7 +41,7 @@ export interface LockoutOptions {
   lockSeconds: number;
   /** Failures from one network that lock it; default 10 × `maxFailures`. */
   networkMaxFailures?: number;
-  /** Failures from everywhere that close the door to new clients; default 100 × `maxFailures`. */
+  /** Failures from everywhere past which one failure locks an address; default 100 × `maxFailures`. */
   globalMaxFailures?: number;
   /** The most addresses (and networks) tracked at once, per table. */
   maxClients?: number;
@@ -46,7 +49,7 @@ export interface LockoutOptions {
   now?: () => number;
 }
 
-/** Which budget a lock was taken from. */
+/** Which budget a lock was taken from: "global" locks an address at its first failure under a flood. */
 export type LockScope = "address" | "network" | "global";
 
 /** What {@linkcode LockoutTracker.fail} reports when a failure locks something. */
@@ -120,6 +123,8 @@ export class LockoutTracker {
   // a table is full, the lock closest to expiry is the one that goes.
   readonly #addressLocks: Bounded<number>;
   readonly #networkLocks: Bounded<number>;
+  /** Addresses locked at their first failure during a flood. */
+  readonly #pressureLocks: Bounded<number>;
   /** Addresses that authenticated, with when; they pass network and global locks. */
   readonly #trusted: Bounded<number>;
 
@@ -135,6 +140,7 @@ export class LockoutTracker {
     this.#networks = new Bounded(bound);
     this.#addressLocks = new Bounded(bound);
     this.#networkLocks = new Bounded(bound);
+    this.#pressureLocks = new Bounded(bound);
     this.#trusted = new Bounded(bound);
     this.#global = new Window(this.#now());
   }
@@ -142,18 +148,12 @@ export class LockoutTracker {
   /** Seconds the client must still wait, or 0 when it may proceed. */
   retryAfter(client: string): number {
     const now = this.#now();
-    const own = this.#left(this.#addressLocks, client, now);
-    if (own > 0) return own;
-    if (this.#isTrusted(client, now)) return 0;
-    if (this.#networkLocks.size > 0) {
-      const network = this.#left(this.#networkLocks, networkKey(client), now);
-      if (network > 0) return network;
-    }
-    if (this.#global.estimate(now, this.#windowMs) >= this.#globalMax) {
-      // No fixed lock: the door opens again as soon as the rate falls.
-      return Math.ceil(this.#windowMs / 1000);
-    }
-    return 0;
+    const own = this.#left(this.#addressLocks, client, now) ||
+      (this.#pressureLocks.size > 0 &&
+        this.#left(this.#pressureLocks, client, now));
+    if (own) return own;
+    if (this.#networkLocks.size === 0 || this.#isTrusted(client, now)) return 0;
+    return this.#left(this.#networkLocks, networkKey(client), now);
   }
 
   /**
@@ -171,20 +171,23 @@ export class LockoutTracker {
     this.#networks.touch(network, networkCounter);
     const counter = this.#addresses.get(client) ?? new Window(now);
     const count = counter.add(now, window);
+    let event: LockEvent | null = null;
+    if (networkCount >= this.#networkMax && !this.#networkLocks.has(network)) {
+      this.#networkLocks.touch(network, now + this.#lockMs);
+      event = this.#event("network", network, networkCount, now);
+    }
     if (count >= this.maxFailures) {
       this.#addresses.delete(client);
       this.#addressLocks.touch(client, now + this.#lockMs);
-      return this.#event("address", client, count, now);
+      return event ?? this.#event("address", client, count, now);
     }
     this.#addresses.touch(client, counter);
-    if (networkCount >= this.#networkMax && !this.#networkLocks.has(network)) {
-      this.#networkLocks.touch(network, now + this.#lockMs);
-      return this.#event("network", network, networkCount, now);
+    if (globalCount >= this.#globalMax) {
+      // Kept apart from threshold locks, which a flood of these must not evict.
+      this.#pressureLocks.touch(client, now + this.#lockMs);
+      return event ?? this.#event("global", client, count, now);
     }
-    if (Math.floor(globalCount) === this.#globalMax) {
-      return this.#event("global", "*", globalCount, now);
-    }
-    return null;
+    return event;
   }
 
   /** Records a successful authentication: the address is known to be honest. */
@@ -197,14 +200,22 @@ export class LockoutTracker {
     }
   }
 
-  /** How many addresses are counted or locked: each table is bounded by `maxClients`. */
+  /** How many addresses are counted or locked: each of the three tables is bounded by `maxClients`. */
   get size(): number {
-    return this.#addresses.size + this.#addressLocks.size;
+    return this.#addresses.size + this.#addressLocks.size +
+      this.#pressureLocks.size;
   }
 
+  /**
+   * Authenticated lately and not failed since: a valid key proves the
+   * client honest only until it starts guessing, or one key would buy an
+   * attacker the network budget of every address it can call from.
+   */
   #isTrusted(client: string, now: number): boolean {
     const last = this.#trusted.get(client);
-    return last !== undefined && now - last < this.#lockMs;
+    if (last === undefined || now - last >= this.#lockMs) return false;
+    const counter = this.#addresses.get(client);
+    return counter === undefined || counter.estimate(now, this.#windowMs) < 1;
   }
 
   #left(locks: Map<string, number>, key: string, now: number): number {

@@ -197,11 +197,19 @@ Deno.test("a key in the URL path, plain or percent-encoded, on any route, is ref
     /A|B|c/,
     (c) => `%${c.charCodeAt(0).toString(16)}`,
   );
+  const oneEscaped = `isk_%${leaked.key.charCodeAt(4).toString(16)}${
+    leaked.key.slice(5)
+  }`;
   const targets = [
     `${ROUTE}/${leaked.key}`,
     `/api/v1/keys/${leaked.key}`,
     `/${escaped}`,
     `/api/v1/health/live/${leaked.key}`,
+    // A broken escape elsewhere must not hide an escaped key.
+    `/%zz/${oneEscaped}`,
+    `/%FF/${oneEscaped}`,
+    // Nor may encoding it twice.
+    `/${leaked.key.replace("_", "%255F")}`,
   ];
   try {
     for (const target of targets) {
@@ -225,6 +233,7 @@ Deno.test("a key in the URL path, plain or percent-encoded, on any route, is ref
   // The request log never holds the key, in any spelling.
   assert.ok(!server.output().includes(leaked.key.slice(4)));
   assert.ok(!server.output().includes(escaped.slice(6)));
+  assert.ok(!server.output().includes(oneEscaped.slice(7)));
 });
 
 Deno.test("30+ hostile or malformed requests each get their expected status, and a valid request still gets 200 after each", async () => {
