@@ -14,6 +14,7 @@
  * @module
  */
 
+import { fstatSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { generateApiKey } from "./lib/api_key.ts";
 import { ConfigError, processEnv, readStoreLocation } from "./lib/config.ts";
@@ -133,6 +134,7 @@ const COMMANDS: Record<string, Command> = {
     async run({ store, values, json, out, actor }) {
       const name = checked(normalizeName, required(values, "name"));
       const email = checked(normalizeEmail, required(values, "email"));
+      refuseDiscardingStdout();
       const fresh = generateApiKey();
       const record = await store.create({
         name,
@@ -301,6 +303,7 @@ const COMMANDS: Record<string, Command> = {
         declined: `Key ${named(target)} was not rotated; ` +
           "answer y to rotate it, or pass --yes",
       });
+      refuseDiscardingStdout();
       const fresh = generateApiKey();
       if (await store.findByHash(fresh.hash) !== null) throw keyCollision();
       // The old key must work until the new one is out, and the store holds
@@ -882,6 +885,29 @@ function actor(): string {
   }
   user ??= "unknown";
   return normalizeActor(`${user}@${host}`);
+}
+
+/** The device numbers of /dev/null: makedev(1, 3) on Linux, (3, 2) on macOS. */
+const NULL_DEVICES = new Set([259, 0x3000002]);
+
+/**
+ * Refuses to print a key into nothing. A closed stdout looks like success:
+ * the runtime reopens it on /dev/null, where every write "succeeds", so
+ * `keys rotate … >&-` would revoke the old key and hand the new one to nobody.
+ */
+function refuseDiscardingStdout(): void {
+  let discards = false;
+  try {
+    const stat = fstatSync(1);
+    discards = stat.isCharacterDevice() && NULL_DEVICES.has(stat.rdev);
+  } catch {
+    // Cannot tell: the write itself will report what goes wrong.
+  }
+  if (discards) {
+    throw new CommandError(
+      "stdout is closed or /dev/null, where the key would be lost; nothing changed; send stdout to a terminal, a file or a pipe",
+    );
+  }
 }
 
 /** Runs the console with the given arguments; returns the exit code. */

@@ -705,6 +705,7 @@ export async function main(
       outcome = { ...blankOutcome(null), summary: error.message };
     }
   }
+  if (secret.length >= 8) outcome = withholdKey(outcome, secret);
   emit(
     json
       // Still exact JSON: the escapes are JSON's own.
@@ -712,6 +713,46 @@ export async function main(
       : [formatFirstLine(outcome), ...formatDetails(outcome)].join("\n"),
   );
   return outcome.exitCode;
+}
+
+/**
+ * Every string of the outcome that holds the key in any spelling a server
+ * could send it back in (percent-encoded, split by invisible or control
+ * characters) is withheld whole: a reflecting server already has the key,
+ * but monitoring output and alert history must not.
+ */
+function withholdKey<T>(value: T, secret: string): T {
+  const wanted = letters(secret);
+  const visit = (item: unknown): unknown => {
+    if (typeof item === "string") {
+      const redacted = item.replaceAll(secret, "[redacted]");
+      return letters(redacted).includes(wanted)
+        ? "[withheld: the text held the API key]"
+        : redacted;
+    }
+    if (Array.isArray(item)) return item.map(visit);
+    if (item !== null && typeof item === "object") {
+      return Object.fromEntries(
+        Object.entries(item).map(([k, v]) => [k, visit(v)]),
+      );
+    }
+    return item;
+  };
+  return visit(value) as T;
+}
+
+/** The letters and digits of a text, after decoding any ASCII `%XX`. */
+function letters(text: string): string {
+  let out = text;
+  for (let round = 0; round < 4 && out.includes("%"); round++) {
+    const next = out.replace(
+      /%([0-7][0-9A-Fa-f])/g,
+      (_, hex: string) => String.fromCharCode(parseInt(hex, 16)),
+    );
+    if (next === out) break;
+    out = next;
+  }
+  return out.replace(/[^0-9A-Za-z]/g, "");
 }
 
 function readQuietly(env: EnvReader, name: string): string {

@@ -44,7 +44,7 @@ export function clientAddress(
   if (!trusted(hop)) return peer;
   const chain = request.headers.get("x-forwarded-for")?.split(",") ?? [];
   for (let i = chain.length - 1; i >= 0; i--) {
-    const entry = parseIp(chain[i].trim());
+    const entry = parseIp(withoutPort(chain[i].trim()));
     // Junk where a proxy's entry should be: the request did not come through
     // the proxies as configured, so the last address they vouch for stands.
     if (entry === null) break;
@@ -74,6 +74,14 @@ export function networkKey(lockout: string): string {
   const parsed = parseIp(lockout.replace(/\/64$/, ""));
   if (parsed === null) return lockout;
   return formatCidr(networkOf(parsed, parsed.family === 4 ? 24 : 48));
+}
+
+/** Some proxies write `1.2.3.4:5678` or `[::1]:5678`: the port is not the client. */
+function withoutPort(entry: string): string {
+  const v4 = /^(\d+\.\d+\.\d+\.\d+):\d{1,5}$/.exec(entry);
+  if (v4) return v4[1];
+  const v6 = /^\[([^\]]+)\]:\d{1,5}$/.exec(entry);
+  return v6 ? v6[1] : entry;
 }
 
 function normalize(address: string): string {

@@ -424,6 +424,46 @@ Deno.test("check never prints the key, even when a server sends it back", async 
   assert.equal(json.code, 0, json.stdout);
 });
 
+Deno.test("check never prints the key in another spelling: percent-encoded in a redirect, or split by invisible characters", async () => {
+  const spelled = [
+    // A redirect whose target carries the key with one character escaped.
+    (key: string) =>
+      new Response(null, {
+        status: 302,
+        headers: {
+          location: `/moved/isk_%${key.charCodeAt(4).toString(16)}${
+            key.slice(5)
+          }`,
+        },
+      }),
+    // An e-mail that holds the key with a right-to-left override inside.
+    (key: string) =>
+      Response.json({
+        connected: true,
+        authenticatedByApiKey: true,
+        apiKeyId: 1,
+        email: `${key.slice(0, 20)}\u202e${key.slice(20)}@example.com`,
+        serverUtc: new Date().toISOString(),
+      }),
+  ];
+  const body = (text: string) =>
+    text.replace(/\\u[0-9a-fA-F]{4}/g, "").replace(/%[0-9a-fA-F]{2}/g, "")
+      .replace(/[^0-9A-Za-z]/g, "");
+  for (const answer of spelled) {
+    await using server = fakeServer((request) =>
+      answer(request.headers.get("x-api-key")!)
+    );
+    for (const args of [[], ["--json"]]) {
+      const result = await check(env(server.url, STRANGER_KEY), args);
+      assert.ok(
+        !body(result.stdout).includes(STRANGER_KEY.slice(5, 30)),
+        `the key came through: ${result.stdout}`,
+      );
+      assert.match(result.stdout, /withheld: the text held the API key/);
+    }
+  }
+});
+
 Deno.test("--help explains why the key is read from the environment only", async () => {
   const result = await check({}, ["--help"]);
   assert.equal(result.code, 0);

@@ -114,3 +114,15 @@ Deno.test("networkKey() groups addresses per /24 and IPv6 per /48", () => {
   assert.equal(networkKey("192.0.2.1"), networkKey("192.0.2.254"));
   assert.notEqual(networkKey("192.0.2.1"), networkKey("192.0.3.1"));
 });
+
+Deno.test("X-Forwarded-For entries with a port, as some load balancers write them, name the client", () => {
+  const behind = proxies("10.0.0.0/8");
+  assert.equal(
+    clientAddress(request("9.9.9.9:443"), info("10.0.0.1"), behind),
+    "9.9.9.9",
+  );
+  assert.equal(
+    clientAddress(request("[2001:db8::7]:8443"), info("10.0.0.1"), behind),
+    "2001:db8::7",
+  );
+});

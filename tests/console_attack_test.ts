@@ -111,6 +111,40 @@ Deno.test("rotate into a reader that has gone exits 1, says nothing changed, and
   assert.equal((await check(server.url, old.key)).status, 200);
 });
 
+Deno.test("create and rotate with stdout closed (>&-) or /dev/null change nothing and exit 1", async () => {
+  using dir = tempDir();
+  const old = await createKey(dir.path, "berlin", "ops@example.com");
+  const commands = [
+    ["rotate", "berlin", "--yes"],
+    ["create", "--name", "hamburg", "--email", "it@example.com"],
+  ];
+  for (const redirect of [">&-", ">/dev/null"]) {
+    for (const args of commands) {
+      // The shell closes or redirects stdout, as an admin's script would.
+      const line = [Deno.execPath(), ...taskArgs("keys"), ...args]
+        .map((a) => `'${a}'`).join(" ");
+      const out = await new Deno.Command("sh", {
+        args: ["-c", `${line} ${redirect}`],
+        cwd: dir.path,
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const stderr = new TextDecoder().decode(out.stderr);
+      assert.equal(out.code, 1, `${args[0]} ${redirect}: ${stderr}`);
+      assert.match(
+        stderr,
+        /stdout is closed or \/dev\/null, where the key would be lost; nothing changed/,
+      );
+      assert.ok(!KEY_PATTERN.test(stderr));
+    }
+  }
+  const records = await listAll(dir.path);
+  assert.deepEqual(records.map((r) => [r.id, r.status]), [[1, "valid"]]);
+  await using server = await startServer(dir.path);
+  assert.equal((await check(server.url, old.key)).status, 200);
+});
+
 Deno.test("create into a reader that has gone exits 1 and revokes the undelivered key, leaving the others valid", async () => {
   using dir = tempDir();
   const kept = await createKey(dir.path, "berlin", "ops@example.com");
