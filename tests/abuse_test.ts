@@ -9,6 +9,7 @@ import {
   check,
   createKey,
   keys,
+  makeTlsFiles,
   rawStatus,
   request,
   runTask,
@@ -611,70 +612,7 @@ Deno.test("TLS_CERT_FILE and TLS_KEY_FILE make the server speak HTTPS", async ()
   using dir = tempDir();
   await Deno.mkdir(`${dir.path}/data/tls`, { recursive: true });
   const tls = `${dir.path}/data/tls`;
-  await Deno.writeTextFile(
-    `${tls}/leaf.ext`,
-    "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-  );
-  // A throwaway CA and a server certificate it signs, as an operator would have.
-  for (
-    const args of [
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test CA",
-        "-keyout",
-        `${tls}/ca.key`,
-        "-out",
-        `${tls}/ca.pem`,
-      ],
-      [
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        `${tls}/key.pem`,
-        "-out",
-        `${tls}/leaf.csr`,
-      ],
-      [
-        "x509",
-        "-req",
-        "-in",
-        `${tls}/leaf.csr`,
-        "-CA",
-        `${tls}/ca.pem`,
-        "-CAkey",
-        `${tls}/ca.key`,
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        `${tls}/leaf.ext`,
-        "-out",
-        `${tls}/cert.pem`,
-      ],
-    ]
-  ) {
-    const openssl = await new Deno.Command("openssl", {
-      args,
-      stdout: "null",
-      stderr: "piped",
-    }).output();
-    assert.equal(openssl.code, 0, new TextDecoder().decode(openssl.stderr));
-  }
+  await makeTlsFiles(tls);
   await using server = await startServer(dir.path, {
     TLS_CERT_FILE: "./data/tls/cert.pem",
     TLS_KEY_FILE: "./data/tls/key.pem",

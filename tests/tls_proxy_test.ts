@@ -1,0 +1,185 @@
+/**
+ * HTTPS facing the internet, as deploy/nginx.conf ships it: nginx ends TLS
+ * with a bounded handshake, the service behind it on loopback. The one
+ * flood the service cannot shed by itself (connections that never start
+ * their TLS handshake) is shed by the proxy, and honest clients are served.
+ */
+
+import assert from "node:assert/strict";
+import {
+  createKey,
+  makeTlsFiles,
+  request,
+  startServer,
+  tempDir,
+} from "./_helpers.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+const CONFIG = new URL("../deploy/nginx.conf", import.meta.url);
+
+async function installed(command: string): Promise<boolean> {
+  const probe = await new Deno.Command("sh", {
+    args: ["-c", `command -v ${command} || test -x /usr/sbin/${command}`],
+    stdout: "null",
+  }).output();
+  return probe.code === 0;
+}
+
+const ready = await installed("nginx") && await installed("openssl");
+if (!ready) {
+  console.error(
+    "tls_proxy_test.ts skipped: nginx or openssl is not installed (apt-get install -y nginx-light openssl); .ci/run installs them",
+  );
+}
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+/** The shipped file with only its "SET" lines and the header timeout changed. */
+async function nginxConfig(
+  folder: string,
+  service: number,
+  port: number,
+  headerTimeout: string,
+): Promise<string> {
+  const shipped = await Deno.readTextFile(CONFIG);
+  const config = shipped
+    .replace("server 127.0.0.1:8000;", `server 127.0.0.1:${service};`)
+    .replace("listen 443 ssl http2;", `listen 127.0.0.1:${port} ssl http2;`)
+    .replace("/etc/integration/tls/cert.pem", `${folder}/cert.pem`)
+    .replace("/etc/integration/tls/key.pem", `${folder}/key.pem`)
+    .replace(
+      "client_header_timeout 10s;",
+      `client_header_timeout ${headerTimeout};`,
+    );
+  assert.notEqual(config, shipped);
+  for (const moved of [`127.0.0.1:${service}`, `127.0.0.1:${port}`, folder]) {
+    assert.ok(
+      config.includes(moved),
+      `deploy/nginx.conf no longer has ${moved}`,
+    );
+  }
+  const path = `${folder}/nginx.conf`;
+  await Deno.writeTextFile(path, config);
+  return path;
+}
+
+async function untilListening(port: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+      return;
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+Deno.test({
+  name:
+    "behind deploy/nginx.conf, 1 100 connections that never start TLS are closed by the proxy and valid keys keep getting 200",
+  ignore: !ready,
+  async fn() {
+    using dir = tempDir();
+    const tls = `${dir.path}/tls`;
+    await Deno.mkdir(tls);
+    await makeTlsFiles(tls);
+    await using service = await startServer(
+      dir.path,
+      {
+        HOST: "127.0.0.1",
+        TRUSTED_PROXIES: "127.0.0.1",
+        LOCKOUT_MAX_FAILURES: "3",
+      },
+      "start",
+      { openFiles: 1024 },
+    );
+    const { key, id } = await createKey(dir.path, "behind-proxy");
+    const port = freePort();
+    const config = await nginxConfig(tls, service.port, port, "2s");
+    const nginx = new Deno.Command("nginx", {
+      args: [
+        "-p",
+        tls,
+        "-c",
+        config,
+        // The test runs as root and keeps its files private to root.
+        "-g",
+        `daemon off; pid ${tls}/nginx.pid; error_log stderr; user root;`,
+      ],
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const idle: Deno.TcpConn[] = [];
+    try {
+      await untilListening(port);
+      using client = Deno.createHttpClient({
+        caCerts: [await Deno.readTextFile(`${tls}/ca.pem`)],
+      });
+      const call = async (
+        apiKey: string,
+        headers: Record<string, string> = {},
+      ) => {
+        const response = await request(`https://localhost:${port}${ROUTE}`, {
+          client,
+          headers: { "X-API-Key": apiKey, ...headers },
+        });
+        return response;
+      };
+      const first = await call(key);
+      assert.equal(first.status, 200);
+      assert.equal((await first.json()).apiKeyId, id);
+
+      // The flood: TCP connections that never send a ClientHello.
+      for (let i = 0; i < 1100; i++) {
+        idle.push(await Deno.connect({ hostname: "127.0.0.1", port }));
+      }
+      for (let i = 0; i < 10; i++) {
+        const response = await call(key);
+        await response.body?.cancel();
+        assert.equal(response.status, 200, `request ${i} during the flood`);
+      }
+      // Past the proxy's handshake bound, every flood connection is closed.
+      await new Promise((r) => setTimeout(r, 3500));
+      const closed = await Promise.all(idle.map(async (conn) => {
+        const read = await Promise.race([
+          conn.read(new Uint8Array(1)).catch(() => null),
+          new Promise((r) => setTimeout(() => r("open"), 500)),
+        ]);
+        return read !== "open";
+      }));
+      assert.equal(closed.filter((c) => !c).length, 0, "connections left open");
+
+      // The proxy replaces a forged X-Forwarded-For: the lock-out counts
+      // the real peer, and nobody can pin it on someone else.
+      for (let i = 0; i < 3; i++) {
+        const wrong = await call("wrong", {
+          "X-Forwarded-For": `203.0.113.${i}`,
+        });
+        await wrong.body?.cancel();
+      }
+      const locked = await call(key, { "X-Forwarded-For": "198.51.100.1" });
+      await locked.body?.cancel();
+      assert.equal(locked.status, 429);
+    } finally {
+      for (const conn of idle) {
+        try {
+          conn.close();
+        } catch {
+          // closed by the proxy
+        }
+      }
+      nginx.kill("SIGQUIT");
+      await nginx.status;
+      await new Response(nginx.stderr).text();
+    }
+    assert.doesNotMatch(service.output(), /"client":"203\.0\.113/);
+  },
+});
