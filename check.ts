@@ -22,6 +22,7 @@
  */
 
 import { isWellFormedApiKey, KEY_LENGTH, KEY_PATTERN } from "./lib/api_key.ts";
+import { decodeAsciiEscapes } from "./lib/_ascii_escapes.ts";
 import { escapeControlCharacters } from "./lib/_control_characters.ts";
 
 /** The route this check calls, below the base URL. */
@@ -743,16 +744,7 @@ function withholdKey<T>(value: T, secret: string): T {
 
 /** The letters and digits of a text, after decoding any ASCII `%XX`. */
 function letters(text: string): string {
-  let out = text;
-  for (let round = 0; round < 4 && out.includes("%"); round++) {
-    const next = out.replace(
-      /%([0-7][0-9A-Fa-f])/g,
-      (_, hex: string) => String.fromCharCode(parseInt(hex, 16)),
-    );
-    if (next === out) break;
-    out = next;
-  }
-  return out.replace(/[^0-9A-Za-z]/g, "");
+  return decodeAsciiEscapes(text).replace(/[^0-9A-Za-z]/g, "");
 }
 
 function readQuietly(env: EnvReader, name: string): string {

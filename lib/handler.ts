@@ -9,6 +9,7 @@
  * @module
  */
 
+import { decodeAsciiEscapes } from "./_ascii_escapes.ts";
 import { KEY_PATTERN } from "./api_key.ts";
 import { API_KEY_HEADER, KeyLookup } from "./auth.ts";
 import { clientAddress, lockoutKey } from "./client_address.ts";
@@ -325,23 +326,9 @@ function carriesCredential(query: string): boolean {
   return KEY_PATTERN.test(safeDecode(query));
 }
 
-/**
- * The URL text as a key-spotter must read it: every `%XX` of an ASCII
- * character decoded, again and again, however the rest is escaped. Keys are
- * ASCII, so `%FF` or `%zz` elsewhere must not stop `isk%5F…` from being
- * seen, and neither may encoding it twice (`%255F`).
- */
+/** The URL text as the key check reads it; `+` is a space in a query. */
 function safeDecode(text: string): string {
-  let out = text.replaceAll("+", " ");
-  for (let round = 0; round < 4 && out.includes("%"); round++) {
-    const next = out.replace(
-      /%([0-7][0-9A-Fa-f])/g,
-      (_, hex: string) => String.fromCharCode(parseInt(hex, 16)),
-    );
-    if (next === out) break;
-    out = next;
-  }
-  return out;
+  return decodeAsciiEscapes(text.replaceAll("+", " "));
 }
 
 /** A path may hold anything a client typed, a key included: never log one. */
