@@ -13,6 +13,8 @@ import {
   parseIp,
 } from "./ip.ts";
 
+const IPV4_TEXT = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
+
 /** Options of {@linkcode clientAddress}. */
 export interface ClientAddressOptions {
   /**
@@ -71,6 +73,10 @@ export function lockoutKey(address: string): string {
  * addresses of one network.
  */
 export function networkKey(lockout: string): string {
+  // The common case, on every failure: dotted IPv4 needs no parsing.
+  if (IPV4_TEXT.test(lockout)) {
+    return `${lockout.slice(0, lockout.lastIndexOf("."))}.0/24`;
+  }
   const parsed = parseIp(lockout.replace(/\/64$/, ""));
   if (parsed === null) return lockout;
   return formatCidr(networkOf(parsed, parsed.family === 4 ? 24 : 48));
