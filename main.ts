@@ -50,6 +50,14 @@ export async function serve(): Promise<void> {
 
   const stop = () => {
     log.write({ msg: "stopping" });
+    // The last resort: whatever hangs, a stop ends within bounded time.
+    const force = setTimeout(() => {
+      console.error(
+        "The stop took longer than 20 s; exiting without waiting further",
+      );
+      Deno.exit(1);
+    }, 20_000);
+    Deno.unrefTimer(force);
     // shutdown() stops accepting, lets in-flight requests finish, then resolves `finished`.
     server.shutdown();
   };

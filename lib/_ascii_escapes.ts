@@ -7,16 +7,29 @@
  * @module
  */
 
-/** `text` with every ASCII `%XX` decoded, up to four layers deep. */
+/** More layers than any honest client sends; each costs a pass over the text. */
+const MAX_LAYERS = 8;
+const ASCII_ESCAPE = /%([0-7][0-9A-Fa-f])/g;
+
+/**
+ * `text` with every ASCII `%XX` decoded, layer after layer. Past
+ * {@linkcode MAX_LAYERS} it stops, so a path escaped thousands of times over
+ * costs no more than eight passes; {@linkcode stillEscaped} tells the caller.
+ */
 export function decodeAsciiEscapes(text: string): string {
   let out = text;
-  for (let round = 0; round < 4 && out.includes("%"); round++) {
+  for (let layer = 0; layer < MAX_LAYERS && out.includes("%"); layer++) {
     const next = out.replace(
-      /%([0-7][0-9A-Fa-f])/g,
+      ASCII_ESCAPE,
       (_, hex: string) => String.fromCharCode(parseInt(hex, 16)),
     );
     if (next === out) break;
     out = next;
   }
   return out;
+}
+
+/** True when decoded text still holds an ASCII escape: nobody honest nests that deep. */
+export function stillEscaped(decoded: string): boolean {
+  return /%[0-7][0-9A-Fa-f]/.test(decoded);
 }

@@ -235,6 +235,7 @@ function findResponse(
       value: {
         404: { $ref: toRef([...unrouted.pointer, "unknownPath"]) },
         400: { $ref: toRef([...unrouted.pointer, "keyInUrl"]) },
+        429: { $ref: toRef([...unrouted.pointer, "lockedOut"]) },
       },
       pointer: unrouted.pointer,
     };

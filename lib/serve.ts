@@ -37,6 +37,8 @@ export interface ConnectionLimits {
    * response can leave but the body is not read on.
    */
   bodyLingerMs: number;
+  /** On shutdown, requests in progress may take this long; then they are cut. */
+  shutdownGraceMs: number;
 }
 
 /** Defaults for {@linkcode ConnectionLimits}; the README lists the same. */
@@ -45,6 +47,7 @@ export const DEFAULT_LIMITS: ConnectionLimits = {
   idleTimeoutMs: 30_000,
   maxConnections: 900,
   bodyLingerMs: 10,
+  shutdownGraceMs: 10_000,
 };
 
 /** Something worth a log line, reported at most once a second per kind. */
@@ -129,8 +132,43 @@ class _Connection {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.abort.abort();
+    abortConnection(this.abort);
   }
+}
+
+/**
+ * Aborts a connection's controller, surviving the BadResource that Deno's
+ * own abort listener throws when the peer's close got there first.
+ */
+export function abortConnection(controller: AbortController): void {
+  _installCloseGuard();
+  _closing++;
+  try {
+    controller.abort();
+  } finally {
+    _closing--;
+  }
+}
+
+/**
+ * Aborting a connection whose peer has just gone races Deno's own cleanup:
+ * its abort listener then throws BadResource from inside `abort()`, which
+ * an event listener can only report as uncaught, ending the process. While
+ * one of our closes runs, that one error is expected and harmless (the
+ * connection is gone either way), so it alone is kept from ending the
+ * process; every other error is left alone.
+ */
+let _closing = 0;
+let _closeGuardInstalled = false;
+
+function _installCloseGuard(): void {
+  if (_closeGuardInstalled) return;
+  _closeGuardInstalled = true;
+  globalThis.addEventListener("error", (event) => {
+    if (_closing > 0 && event.error instanceof Deno.errors.BadResource) {
+      event.preventDefault();
+    }
+  });
 }
 
 /**
@@ -299,7 +337,13 @@ export function serveGuarded(
         connection.server?.shutdown().catch(() => {});
       }
       await accepting;
+      // Requests in progress get a bounded time to finish; then their
+      // connections are closed, so a stop can never hang on one.
+      const grace = setTimeout(() => {
+        for (const connection of connections) connection.close();
+      }, limits.shutdownGraceMs);
       while (finishing.size > 0) await Promise.all([...finishing]);
+      clearTimeout(grace);
       clearInterval(sweeper);
     })();
     return shutdownPromise;

@@ -6,7 +6,8 @@
  *
  * - Each request span gets `http.route` and, when authenticated, the key id
  *   (`integration.api_key.id`): never the key, never the query string.
- * - `integration.auth.outcomes` counts authentication outcomes by `outcome`.
+ * - `integration.auth.outcomes` counts authentication outcomes by `outcome`
+ *   and `http.route`.
  *
  * A limit of Deno 2.9 that no code here can lift: the span Deno.serve opens
  * records `url.full` and `url.query` with the raw query string before the
@@ -22,7 +23,7 @@
 
 import { metrics, trace } from "@opentelemetry/api";
 
-/** The outcomes counted, one per answer of the connection route. */
+/** The outcomes counted, one per answer of an authenticated route or a URL refused. */
 export type AuthOutcome =
   | "ok"
   | "invalid"
@@ -34,13 +35,13 @@ const outcomes = metrics.getMeter("integration-service").createCounter(
   "integration.auth.outcomes",
   {
     description:
-      "Authentication outcomes of the connection check: ok, invalid, revoked, locked_out, url_exposed",
+      "Authentication outcomes by route: ok, invalid, revoked, locked_out, url_exposed",
   },
 );
 
-/** Counts one authentication outcome. */
-export function countOutcome(outcome: AuthOutcome): void {
-  outcomes.add(1, { outcome });
+/** Counts one authentication outcome on a route (`unrouted` for none). */
+export function countOutcome(outcome: AuthOutcome, route: string): void {
+  outcomes.add(1, { outcome, "http.route": route });
 }
 
 /** Adds the route and, when authenticated, the key id to the request's span. */

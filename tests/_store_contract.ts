@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
-import { KeyLookup } from "../lib/auth.ts";
+import { KeyLookup } from "../lib/key_lookup.ts";
 import {
   type ExportItem,
   ImportStateError,

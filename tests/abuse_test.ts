@@ -237,6 +237,63 @@ Deno.test("a key in the URL path, plain or percent-encoded, on any route, is ref
   assert.ok(!server.output().includes(oneEscaped.slice(7)));
 });
 
+Deno.test("keys in URLs count toward the lock-out, and a locked client gets 429 for them without any key being looked up", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "3",
+  });
+  const victim = await createKey(dir.path, "victim");
+  const statuses = [];
+  for (let i = 0; i < 5; i++) {
+    const invented = generateApiKey().key;
+    const response = await request(
+      `${server.url}/anything?a=${invented}&b=${victim.key}`,
+    );
+    await response.body?.cancel();
+    statuses.push(response.status);
+  }
+  assert.deepEqual(statuses, [400, 400, 400, 429, 429]);
+  // The locked client's URLs checked nothing: the victim's key was marked
+  // exposed by the first three at most, never by the last two (same key).
+  const show = JSON.parse(
+    (await keys(dir.path, ["show", "victim", "--json"])).stdout,
+  );
+  assert.equal(show.exposedFrom, "127.0.0.1");
+});
+
+Deno.test("a key sent as the HTTP method, or escaped nine times over in the path, never reaches the log", async () => {
+  using dir = tempDir();
+  const server = await startServer(dir.path);
+  const { key } = await createKey(dir.path, "hidden");
+  // One layer for the underscore, then eight more over it.
+  let deep = key.replace("_", "%5F");
+  for (let i = 0; i < 8; i++) deep = deep.replaceAll("%", "%25");
+  try {
+    assert.equal(
+      await rawStatus(
+        server.port,
+        `${key} ${ROUTE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`,
+      ),
+      405,
+    );
+    const response = await request(`${server.url}/x/${deep}`);
+    await response.body?.cancel();
+    assert.equal(
+      response.status,
+      400,
+      "escaped deeper than decoding goes: refused",
+    );
+  } finally {
+    await server.stop();
+  }
+  assert.ok(!server.output().includes(key.slice(4)), "the key in a log line");
+  assert.match(server.output(), /"method":"\[other\]"/);
+  assert.ok(
+    !server.output().includes(deep.slice(-20)),
+    "the escaped path in a log line",
+  );
+});
+
 Deno.test("30+ hostile or malformed requests each get their expected status, and a valid request still gets 200 after each", async () => {
   using dir = tempDir();
   await using server = await startServer(dir.path, {

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { abortConnection } from "../lib/serve.ts";
 import { createKey, startServer, tempDir } from "./_helpers.ts";
 
 const ROUTE = "/api/v1/integration/connection";
@@ -267,4 +268,100 @@ Deno.test("a GET announcing a 10 GB body gets its answer and is cut off after a 
     await response.body?.cancel();
     assert.equal(response.status, 405);
   }
+});
+
+/**
+ * Churns connections near the cap from a second process: most closed
+ * gracefully, some reset (SO_LINGER 0), so the server sheds connections
+ * whose peers are already gone. Python, because Deno cannot send a reset.
+ */
+const CHURN = `
+import socket, struct, sys, time, collections, resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+port, seconds, hold, reset = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+q = collections.deque(); end = time.time() + seconds
+while time.time() < end:
+    try:
+        s = socket.socket()
+        if reset: s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.settimeout(1); s.connect(("127.0.0.1", port)); q.append(s)
+    except OSError:
+        pass
+    while len(q) > hold: q.popleft().close()
+for s in q: s.close()
+`;
+
+const python = await new Deno.Command("sh", {
+  args: ["-c", "command -v python3"],
+  stdout: "null",
+}).output().then((o) => o.success, () => false);
+
+Deno.test({
+  name:
+    "churning connections at the cap, some reset by their peers, does not end the server",
+  ignore: !python,
+  async fn() {
+    using dir = tempDir();
+    const { key } = await createKey(dir.path, "steady");
+    await using server = await startServer(dir.path, {}, "start", {
+      openFiles: 1024,
+    });
+    const churn = (hold: number, reset: boolean) =>
+      new Deno.Command("python3", {
+        args: [
+          "-c",
+          CHURN,
+          String(server.port),
+          "8",
+          String(hold),
+          reset ? "1" : "0",
+        ],
+        stdout: "null",
+        stderr: "null",
+      }).output();
+    // The shape that ended the process before: 880 held with graceful
+    // closes beside 150 held with resets, against a cap of 900.
+    const attack = Promise.all([churn(880, false), churn(150, true)]);
+    const statuses: number[] = [];
+    const deadline = Date.now() + 8000;
+    while (Date.now() < deadline) {
+      statuses.push(await validStatus(server.url, key).catch(() => 0));
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    await attack;
+    assert.equal(
+      await within(server.process.status, 100),
+      undefined,
+      "the server exited",
+    );
+    assert.equal(await validStatus(server.url, key), 200);
+    assert.doesNotMatch(server.output(), /Uncaught/);
+  },
+});
+
+Deno.test("aborting a connection whose resource Deno already freed does not end the process, and other errors still surface", () => {
+  const gone = new AbortController();
+  gone.signal.addEventListener("abort", () => {
+    // What Deno's listener throws when the peer's reset freed the resource first.
+    throw new Deno.errors.BadResource("Bad resource ID");
+  });
+  abortConnection(gone); // the test runner fails on an uncaught error
+  assert.ok(gone.signal.aborted);
+
+  let seen: unknown;
+  const other = (event: ErrorEvent) => {
+    seen = event.error;
+    event.preventDefault();
+  };
+  globalThis.addEventListener("error", other);
+  try {
+    const broken = new AbortController();
+    broken.signal.addEventListener("abort", () => {
+      throw new TypeError("a real bug");
+    });
+    abortConnection(broken);
+  } finally {
+    globalThis.removeEventListener("error", other);
+  }
+  assert.ok(seen instanceof TypeError, "only BadResource is kept quiet");
 });

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
-import { KeyLookup } from "../lib/auth.ts";
+import { KeyLookup } from "../lib/key_lookup.ts";
 import { KeyIndex } from "../lib/key_index.ts";
 import { openKvStore } from "../lib/kv_store.ts";
 import type { KeyStore } from "../lib/store.ts";

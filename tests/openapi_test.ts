@@ -264,7 +264,7 @@ Deno.test("the validator refuses undocumented statuses and bad Retry-After value
       body: "{}",
     }),
     [
-      "status 200 is not documented for GET /api/v1/elsewhere, a path openapi.json does not list (documented: 400, 404)",
+      "status 200 is not documented for GET /api/v1/elsewhere, a path openapi.json does not list (documented: 400, 404, 429)",
     ],
   );
 });

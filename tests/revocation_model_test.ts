@@ -15,7 +15,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { generateApiKey } from "../lib/api_key.ts";
-import { KeyLookup } from "../lib/auth.ts";
+import { KeyLookup } from "../lib/key_lookup.ts";
 import { openKvStore } from "../lib/kv_store.ts";
 import { openPostgresStore } from "../lib/postgres_store.ts";
 import {

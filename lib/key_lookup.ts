@@ -13,9 +13,6 @@ import type { KeyRecord, KeyStore } from "./store.ts";
 import { Coalesced } from "./_coalesce.ts";
 import { KeyIndex } from "./key_index.ts";
 
-/** The name of the header that carries the key. */
-export const API_KEY_HEADER = "X-API-Key";
-
 /** Why a request was not authenticated; never shown to the caller. */
 export type AuthFailure = "missing" | "malformed" | "unknown" | "revoked";
 

@@ -1,0 +1,177 @@
+/**
+ * The API-key authentication step that every authenticated route runs, in
+ * this order, owned here and nowhere else:
+ *
+ * 1. lock-out: a locked client gets 429 before any hashing or store read;
+ * 2. the key's format, then its hash, the index of stored hashes and the
+ *    revision-checked lookup (lib/key_lookup.ts);
+ * 3. a failure is counted toward the lock-out, and answered 401 (or 429
+ *    when an earlier failure of the same burst locked the client meanwhile);
+ * 4. a success is noted (last used, a client known to be honest) and the
+ *    key's record handed to the route.
+ *
+ * Every outcome is counted by route. A route never sees a request whose key
+ * was not valid at the moment the request was checked.
+ *
+ * @module
+ */
+
+import { lockoutKey } from "../client_address.ts";
+import { KeyLookup } from "../key_lookup.ts";
+import type { LastUsedRecorder } from "../last_used.ts";
+import { type LockEvent, LockoutTracker } from "../lockout.ts";
+import {
+  type KeyRecord,
+  type KeyStore,
+  StoreUnavailableError,
+} from "../store.ts";
+import { countOutcome } from "../telemetry.ts";
+import {
+  API_KEY_HEADER,
+  keyInUrl,
+  lockedOut,
+  unauthorized,
+} from "./responses.ts";
+
+/** What the step decided: the key's record, or the response to send instead. */
+export type AuthDecision =
+  | { ok: true; key: KeyRecord }
+  | { ok: false; response: Response };
+
+/** Options of {@linkcode createAuthenticator}. */
+export interface AuthenticatorOptions {
+  /** Default: 10 failures in 60 s lock for 5 minutes. */
+  lockout?: LockoutTracker;
+  /** Notes which keys are used; written off the request path. */
+  lastUsed?: LastUsedRecorder;
+  /** Receives a line per lock and per key found exposed in a URL. */
+  log?: (fields: Record<string, unknown>) => void;
+}
+
+/** The step, bound to one store. */
+export interface Authenticator {
+  /** Authenticates a request from `client` (its address) on `route`. */
+  check(
+    request: Request,
+    context: { client: string; route: string },
+  ): Promise<AuthDecision>;
+  /**
+   * Refuses a request with a credential in its URL: 429 when the client is
+   * locked out, else 400, counted as a failure toward the lock-out. Each
+   * valid key among `candidates` is marked exposed off the request path, so
+   * the answer's timing tells nothing about which keys are valid.
+   */
+  refuseKeyInUrl(
+    candidates: string[],
+    context: { client: string; route: string },
+  ): Response;
+}
+
+/** The default lock-out: 10 failures a minute lock an address for 5 minutes. */
+export const DEFAULT_LOCKOUT = {
+  maxFailures: 10,
+  windowSeconds: 60,
+  lockSeconds: 300,
+} as const;
+
+/** Builds the authentication step over a store. */
+export function createAuthenticator(
+  store: KeyStore,
+  options: AuthenticatorOptions = {},
+): Authenticator {
+  const lockout = options.lockout ?? new LockoutTracker(DEFAULT_LOCKOUT);
+  const lookup = new KeyLookup(store);
+  lookup.warm().catch(() => {});
+  const { lastUsed, log } = options;
+
+  const refuseLocked = (
+    counted: string,
+    route: string,
+  ): { ok: false; response: Response } => {
+    countOutcome("locked_out", route);
+    return { ok: false, response: lockedOut(lockout.retryAfter(counted)) };
+  };
+
+  return {
+    async check(request, { client, route }) {
+      const counted = lockoutKey(client);
+      if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
+      const result = await lookup.authenticate(
+        request.headers.get(API_KEY_HEADER),
+      );
+      if (!result.ok) {
+        countOutcome(
+          result.reason === "revoked" ? "revoked" : "invalid",
+          route,
+        );
+        const lock = lockout.fail(counted);
+        noteLock(lock, client);
+        if (!lock && lockout.retryAfter(counted) > 0) {
+          // Requests of one burst all pass the first check before the first
+          // of them fails; those that fail after the lock get 429, so a
+          // burst sees no more 401s than the threshold.
+          return refuseLocked(counted, route);
+        }
+        return { ok: false, response: unauthorized() };
+      }
+      if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
+      lockout.succeeded(counted);
+      countOutcome("ok", route);
+      lastUsed?.used(result.record.id, Date.now());
+      return { ok: true, key: result.record };
+    },
+
+    refuseKeyInUrl(candidates, { client, route }) {
+      const counted = lockoutKey(client);
+      if (lockout.retryAfter(counted) > 0) {
+        return refuseLocked(counted, route).response;
+      }
+      countOutcome("url_exposed", route);
+      noteLock(lockout.fail(counted), client);
+      noteExposure(candidates, client).catch((error) => {
+        log?.({
+          msg: "error",
+          error: error instanceof Error ? error.name : typeof error,
+        });
+      });
+      return keyInUrl();
+    },
+  };
+
+  async function noteExposure(
+    candidates: string[],
+    client: string,
+  ): Promise<void> {
+    for (const candidate of candidates) {
+      try {
+        const result = await lookup.authenticate(candidate);
+        if (!result.ok) continue;
+        const marked = await store.markExposed(result.record.id, {
+          actor: "server",
+          from: client,
+        });
+        if (marked) {
+          log?.({
+            msg: "key_exposed_in_url",
+            apiKeyId: result.record.id,
+            client,
+          });
+        }
+      } catch (error) {
+        // The request was refused either way; a store hiccup is not news.
+        if (!(error instanceof StoreUnavailableError)) throw error;
+      }
+    }
+  }
+
+  function noteLock(lock: LockEvent | null, client: string): void {
+    if (!lock) return;
+    log?.({
+      msg: "lockout",
+      scope: lock.scope,
+      client: lock.scope === "address" ? client : lock.client,
+      failures: lock.failures,
+      lockedUntil: lock.lockedUntil.toISOString(),
+    });
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * Credentials in URLs: a key in the path or the query, in any spelling, or
+ * a query parameter named like a credential. Such a URL is refused on every
+ * route, and nothing that logs a path may show the key.
+ *
+ * @module
+ */
+
+import { decodeAsciiEscapes, stillEscaped } from "../_ascii_escapes.ts";
+import { KEY_PATTERN } from "../api_key.ts";
+
+/** Query parameter names that mean "a credential", compared without case, `-` or `_`. */
+const CREDENTIAL_NAMES = new Set([
+  "apikey",
+  "key",
+  "token",
+  "xapikey",
+  "accesstoken",
+]);
+const KEY_ANYWHERE = new RegExp(KEY_PATTERN.source, "g");
+
+/** True when the path or the query carries a credential. */
+export function urlCarriesCredential(path: string, query: string): boolean {
+  return pathCarriesKey(path) ||
+    (query !== "" && queryCarriesCredential(query));
+}
+
+/** The key-shaped strings of a URL, decoded: the first few, for marking them exposed. */
+export function keysInUrl(path: string, query: string, most: number): string[] {
+  const text = `${urlText(path)} ${urlText(query)}`;
+  return (text.match(KEY_ANYWHERE) ?? []).slice(0, most);
+}
+
+/** A path fit for a log line: withheld whole when it holds a key in any spelling. */
+export function loggablePath(path: string): string {
+  // Only a path with "isk_" or an escape can hold a key; most are routes.
+  if (!path.includes("isk_") && !path.includes("%")) return path;
+  return pathCarriesKey(path) ? "[redacted: a key in the path]" : path;
+}
+
+function pathCarriesKey(path: string): boolean {
+  if (!path.includes("isk_") && !path.includes("%")) return false;
+  const text = urlText(path);
+  // Escaped deeper than decoding goes: it may hide a key, so it counts as one.
+  return KEY_PATTERN.test(text) || stillEscaped(text);
+}
+
+function queryCarriesCredential(query: string): boolean {
+  for (const [name, value] of new URLSearchParams(query)) {
+    if (CREDENTIAL_NAMES.has(name.toLowerCase().replace(/[-_]/g, ""))) {
+      return true;
+    }
+    if (KEY_PATTERN.test(name) || KEY_PATTERN.test(value)) return true;
+  }
+  const text = urlText(query);
+  return KEY_PATTERN.test(text) || stillEscaped(text);
+}
+
+/** The URL text as the key check reads it; `+` is a space in a query. */
+function urlText(text: string): string {
+  return decodeAsciiEscapes(text.replaceAll("+", " "));
+}
