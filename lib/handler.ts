@@ -18,7 +18,8 @@ import type { LastUsedRecorder } from "./last_used.ts";
 import type { RequestLogLine } from "./log.ts";
 import { LockoutTracker } from "./lockout.ts";
 import openapi from "../openapi.json" with { type: "json" };
-import { type KeyStore, StoreUnavailableError } from "./store.ts";
+import { StoreUnavailableError } from "./store/errors.ts";
+import type { KeyStore } from "./store/types.ts";
 import { annotateRequest, countOutcome } from "./telemetry.ts";
 
 /** The connection-check route of spec section 4.1. */
