@@ -18,21 +18,23 @@ import { fstatSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { generateApiKey } from "./lib/api_key.ts";
 import { ConfigError, processEnv, readStoreLocation } from "./lib/config.ts";
+import { describeStoreError } from "./lib/console/store_errors.ts";
 import {
-  type AuditEntry,
-  cannotRotateRevoked,
-  keyCollision,
-  keyNotFound,
-  type KeyRecord,
-  type KeyStore,
+  InvalidFieldError,
+  KeyCollisionError,
+  KeyNotFoundError,
+  RotateRevokedError,
+  StoreInputError,
+} from "./lib/store/errors.ts";
+import { openStore } from "./lib/store/open.ts";
+import {
   normalizeActor,
   normalizeEmail,
   normalizeName,
   normalizeReason,
-  openStore,
   publicRecord,
-  StoreInputError,
-} from "./lib/store.ts";
+} from "./lib/store/records.ts";
+import type { AuditEntry, KeyRecord, KeyStore } from "./lib/store/types.ts";
 import { type Column, fitColumns, headingLine, rowLine } from "./lib/_table.ts";
 import { BackupError, counted, exportTo, importFrom } from "./lib/backup.ts";
 import { writeAll, writeAllSync } from "./lib/_write_all.ts";
@@ -296,7 +298,7 @@ const COMMANDS: Record<string, Command> = {
       const { store, positionals, json, out, actor } = ctx;
       const target = await resolve(store, positionals[0]);
       // A revoked key cannot be rotated: say so without asking, or writing a key.
-      if (target.status !== "valid") throw cannotRotateRevoked(target.id);
+      if (target.status !== "valid") throw new RotateRevokedError(target.id);
       await confirm(ctx, {
         question: `Rotate key ${describe(target)}? ` +
           "It is revoked at once: requests with it get 401 until the installation has the new key.",
@@ -305,7 +307,9 @@ const COMMANDS: Record<string, Command> = {
       });
       refuseDiscardingStdout();
       const fresh = generateApiKey();
-      if (await store.findByHash(fresh.hash) !== null) throw keyCollision();
+      if (await store.findByHash(fresh.hash) !== null) {
+        throw new KeyCollisionError();
+      }
       // The old key must work until the new one is out, and the store holds
       // one valid key per name: so the key is written first, and the value is
       // finished (the newline, the rest of the JSON) only once the store has
@@ -583,8 +587,8 @@ function checked(normalize: (text: string) => string, text: string): string {
   try {
     return normalize(text);
   } catch (error) {
-    if (error instanceof StoreInputError && error.field !== undefined) {
-      throw new UsageError(`--${error.field}: ${error.message}`);
+    if (error instanceof InvalidFieldError) {
+      throw new UsageError(`--${error.field}: ${describeStoreError(error)}`);
     }
     throw error;
   }
@@ -704,7 +708,7 @@ async function resolve(store: KeyStore, ref: string): Promise<KeyRecord> {
     ? await store.get(Number(ref))
     : await store.getByName(ref);
   if (record === null) {
-    throw keyNotFound(/^\d+$/.test(ref) ? Number(ref) : ref);
+    throw new KeyNotFoundError(/^\d+$/.test(ref) ? Number(ref) : ref);
   }
   return record;
 }
@@ -952,16 +956,18 @@ export async function main(args: string[]): Promise<number> {
 
 function failure(error: unknown): string {
   if (
-    error instanceof ConfigError || error instanceof StoreInputError ||
-    error instanceof CommandError || error instanceof BackupError
+    error instanceof ConfigError || error instanceof CommandError ||
+    error instanceof BackupError
   ) {
     return error.message;
   }
+  if (error instanceof StoreInputError) return describeStoreError(error);
   if (error instanceof Deno.errors.NotCapable) {
     return `The store is outside what this task may read and write: ${error.message}; keep DENO_KV_PATH under ./data or run admin.ts with matching --allow flags`;
   }
   return `The command failed: ${
-    error instanceof Error ? error.message : String(error)
+    describeStoreError(error) ??
+      (error instanceof Error ? error.message : String(error))
   }`;
 }
 

@@ -11,7 +11,7 @@ import { LastUsedRecorder } from "./lib/last_used.ts";
 import { LockoutTracker } from "./lib/lockout.ts";
 import { JsonLog } from "./lib/log.ts";
 import { serveGuarded, ServeUnsupportedError } from "./lib/serve.ts";
-import { openStore } from "./lib/store.ts";
+import { openStore } from "./lib/store/open.ts";
 
 /** Starts the server; resolves once it has stopped after SIGTERM or SIGINT. */
 export async function serve(): Promise<void> {

@@ -32,8 +32,8 @@
 import { generateApiKey } from "../lib/api_key.ts";
 import type { StoreLocation } from "../lib/config.ts";
 import type postgres from "postgres";
-import { openStore } from "../lib/store.ts";
-import type { ExportItem, KeyRecord } from "../lib/store.ts";
+import { openStore } from "../lib/store/open.ts";
+import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
 import { startServer, taskArgs, tempDir } from "../tests/_helpers.ts";
 import { rssBytes } from "./soak.ts";
 import { type FloodResult, measureFloods } from "./flood.ts";

@@ -8,8 +8,14 @@
  * @module
  */
 
-import type { AuditEntry, ExportItem, KeyRecord, KeyStore } from "./store.ts";
-import { ImportStateError, StoreInputError } from "./store.ts";
+import { describeStoreError } from "./console/store_errors.ts";
+import { ImportStateError, StoreInputError } from "./store/errors.ts";
+import type {
+  AuditEntry,
+  ExportItem,
+  KeyRecord,
+  KeyStore,
+} from "./store/types.ts";
 import { writeAll } from "./_write_all.ts";
 
 /** A backup refused or failed; its message is meant for the admin as is. */
@@ -324,7 +330,8 @@ class ExportReader {
       // Not about the line: the import as a whole was aborted.
       !(error instanceof ImportStateError)
     ) {
-      const message = error.message[0].toLowerCase() + error.message.slice(1);
+      const text = describeStoreError(error);
+      const message = text[0].toLowerCase() + text.slice(1);
       return new BackupError(
         `Line ${this.#line} of ${this.#file}: ${message}`,
       );

@@ -15,7 +15,7 @@ import type { RequestLogLine } from "./log.ts";
 import type { LockoutTracker } from "./lockout.ts";
 import { connectionRoute } from "./routes/connection.ts";
 import { healthRoutes } from "./routes/health.ts";
-import type { KeyStore } from "./store.ts";
+import type { KeyStore } from "./store/types.ts";
 
 export type { Handler } from "./http/router.ts";
 

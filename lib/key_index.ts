@@ -18,7 +18,7 @@
  * @module
  */
 
-import type { KeyStore } from "./store.ts";
+import type { KeyStore } from "./store/types.ts";
 
 /** The part of the store the index reads. */
 export type IndexSource = Pick<

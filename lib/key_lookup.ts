@@ -9,7 +9,7 @@
  */
 
 import { hashApiKey, isWellFormedApiKey } from "./api_key.ts";
-import type { KeyRecord, KeyStore } from "./store.ts";
+import type { KeyRecord, KeyStore } from "./store/types.ts";
 import { Coalesced } from "./_coalesce.ts";
 import { KeyIndex } from "./key_index.ts";
 

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { KeyStore } from "./store.ts";
+import type { KeyStore } from "./store/types.ts";
 
 const MINUTE = 60_000;
 

@@ -7,14 +7,12 @@ import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
 import { KeyLookup } from "../lib/key_lookup.ts";
 import {
-  type ExportItem,
   ImportStateError,
   KeyNotFoundError,
-  type KeyRecord,
-  type KeyStore,
-  newRecord,
   StoreInputError,
-} from "../lib/store.ts";
+} from "../lib/store/errors.ts";
+import { newRecord } from "../lib/store/records.ts";
+import type { ExportItem, KeyRecord, KeyStore } from "../lib/store/types.ts";
 
 /** Opens an empty store; disposing it closes and removes it. */
 export type OpenEmptyStore = () => Promise<KeyStore & AsyncDisposable>;
@@ -484,7 +482,7 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     const before = await store.revision();
     assert.equal((await lookup.authenticate(a.key)).ok, false);
     assert.equal((await lookup.authenticate(b.key)).ok, false);
-    run.go(new StoreInputError("line 3 is bad"));
+    run.go(new StoreInputError("import_bad_audit", "line 3 is bad"));
     await assert.rejects(importing, StoreInputError);
     assert.ok(await store.revision() >= before);
     assert.equal((await lookup.authenticate(a.key)).ok, false);
@@ -540,7 +538,7 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
         { actor: ACTOR },
       ),
       (e: Error) =>
-        e instanceof ImportStateError && e.code === "import-unfinished",
+        e instanceof ImportStateError && e.code === "import_unfinished",
     );
     assert.ok(Date.now() - started < 3000, "the second import waited");
     await assert.rejects(

@@ -1,7 +1,7 @@
 /** The admin console as an administrator meets it: every command, every error path. */
 
 import assert from "node:assert/strict";
-import { newRecord } from "../lib/store.ts";
+import { newRecord } from "../lib/store/records.ts";
 import {
   createKey,
   keys,

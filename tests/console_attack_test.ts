@@ -10,15 +10,15 @@ import {
   hasControlCharacters,
 } from "../lib/_control_characters.ts";
 import { rowLine } from "../lib/_table.ts";
+import { openStore } from "../lib/store/open.ts";
 import {
   ACTOR_MAX,
-  type KeyRecord,
   normalizeActor,
   normalizeName,
   normalizeReason,
-  openStore,
   REASON_MAX,
-} from "../lib/store.ts";
+} from "../lib/store/records.ts";
+import type { KeyRecord } from "../lib/store/types.ts";
 import { CHECK_ENV, formatFirstLine } from "../check.ts";
 import {
   check,

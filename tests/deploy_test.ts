@@ -243,7 +243,7 @@ Deno.test("the image copies every module the server and the console load, and ca
     "deno.json",
     "deno.lock",
   ]);
-  assert.ok(needed.has("lib/store.ts") && needed.has("admin.ts"));
+  assert.ok(needed.has("lib/store/open.ts") && needed.has("admin.ts"));
   for (const file of needed) {
     assert.ok(
       copied.some((src) =>

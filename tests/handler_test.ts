@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
 import { createHandler } from "../lib/handler.ts";
 import { CONNECTION_PATH } from "../lib/routes/connection.ts";
-import { openKvStore } from "../lib/kv_store.ts";
+import { openKvStore } from "../lib/store/kv.ts";
 import { validated } from "./_helpers.ts";
 
 const INFO = {

@@ -9,9 +9,10 @@
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
 import { exportTo, importFrom } from "../lib/backup.ts";
-import { openKvStore } from "../lib/kv_store.ts";
-import { openPostgresStore } from "../lib/postgres_store.ts";
-import { type KeyStore, newRecord } from "../lib/store.ts";
+import { openKvStore } from "../lib/store/kv.ts";
+import { openPostgresStore } from "../lib/store/postgres/store.ts";
+import { newRecord } from "../lib/store/records.ts";
+import type { KeyStore } from "../lib/store/types.ts";
 import {
   check,
   createKey,

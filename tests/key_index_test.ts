@@ -8,8 +8,8 @@ import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
 import { KeyLookup } from "../lib/key_lookup.ts";
 import { KeyIndex } from "../lib/key_index.ts";
-import { openKvStore } from "../lib/kv_store.ts";
-import type { KeyStore } from "../lib/store.ts";
+import { openKvStore } from "../lib/store/kv.ts";
+import type { KeyStore } from "../lib/store/types.ts";
 import { tempDir } from "./_helpers.ts";
 
 /** The store with a count of every call the lookup makes of it. */

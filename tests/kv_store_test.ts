@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { openKvStore, REVISION } from "../lib/kv_store.ts";
+import { openKvStore, REVISION } from "../lib/store/kv.ts";
 import { generateApiKey } from "../lib/api_key.ts";
 import { storeContract } from "./_store_contract.ts";
 

@@ -6,13 +6,13 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
+import { StoreUnavailableError } from "../lib/store/errors.ts";
 import {
   migrate,
-  openPostgresStore,
   SCHEMA_VERSION,
   SchemaVersionError,
-} from "../lib/postgres_store.ts";
-import { StoreUnavailableError } from "../lib/store.ts";
+} from "../lib/store/postgres/schema.ts";
+import { openPostgresStore } from "../lib/store/postgres/store.ts";
 import { storeContract } from "./_store_contract.ts";
 import {
   freshDatabase,

@@ -16,17 +16,15 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { generateApiKey } from "../lib/api_key.ts";
 import { KeyLookup } from "../lib/key_lookup.ts";
-import { openKvStore } from "../lib/kv_store.ts";
-import { openPostgresStore } from "../lib/postgres_store.ts";
+import { openKvStore } from "../lib/store/kv.ts";
+import { openPostgresStore } from "../lib/store/postgres/store.ts";
 import {
-  type ExportItem,
   ImportStateError,
   KeyNotFoundError,
-  type KeyRecord,
-  type KeyStore,
-  newRecord,
   StoreInputError,
-} from "../lib/store.ts";
+} from "../lib/store/errors.ts";
+import { newRecord } from "../lib/store/records.ts";
+import type { ExportItem, KeyRecord, KeyStore } from "../lib/store/types.ts";
 import { fillerLines, pausedImport } from "./_store_contract.ts";
 import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
 

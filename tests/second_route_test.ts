@@ -9,7 +9,7 @@ import { generateApiKey } from "../lib/api_key.ts";
 import { createAuthenticator } from "../lib/http/authenticate.ts";
 import { json } from "../lib/http/responses.ts";
 import { createRouter, type Route } from "../lib/http/router.ts";
-import { openKvStore } from "../lib/kv_store.ts";
+import { openKvStore } from "../lib/store/kv.ts";
 import { LockoutTracker } from "../lib/lockout.ts";
 import { tempDir } from "./_helpers.ts";
 

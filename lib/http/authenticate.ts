@@ -20,11 +20,8 @@ import { lockoutKey } from "../client_address.ts";
 import { KeyLookup } from "../key_lookup.ts";
 import type { LastUsedRecorder } from "../last_used.ts";
 import { type LockEvent, LockoutTracker } from "../lockout.ts";
-import {
-  type KeyRecord,
-  type KeyStore,
-  StoreUnavailableError,
-} from "../store.ts";
+import { StoreUnavailableError } from "../store/errors.ts";
+import type { KeyRecord, KeyStore } from "../store/types.ts";
 import { countOutcome } from "../telemetry.ts";
 import {
   API_KEY_HEADER,

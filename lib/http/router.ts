@@ -20,7 +20,8 @@
 import { clientAddress } from "../client_address.ts";
 import type { Cidr } from "../ip.ts";
 import type { RequestLogLine } from "../log.ts";
-import { type KeyRecord, StoreUnavailableError } from "../store.ts";
+import { StoreUnavailableError } from "../store/errors.ts";
+import type { KeyRecord } from "../store/types.ts";
 import { annotateRequest } from "../telemetry.ts";
 import type { Authenticator } from "./authenticate.ts";
 import {

@@ -8,7 +8,7 @@
 import openapi from "../../openapi.json" with { type: "json" };
 import type { Route } from "../http/router.ts";
 import { json, jsonText } from "../http/responses.ts";
-import type { KeyStore } from "../store.ts";
+import type { KeyStore } from "../store/types.ts";
 
 /** Liveness: the process answers. */
 export const LIVE_PATH = "/api/v1/health/live";

@@ -1,145 +1,70 @@
 /**
- * The PostgreSQL store: the only module that talks to PostgreSQL, so that
- * several server instances and the console can share one set of keys.
- *
- * Tables (created by {@linkcode migrate}, versioned in `schema_version`):
- * - `meta`: one row holding the revision and the last key id handed out.
- *   Every change locks it first (`SELECT … FOR UPDATE`), so changes are
- *   totally ordered, ids come out 1, 2, 3 … and the audit follows that order.
- * - `keys`: one row per key, valid or revoked; `hash` is unique, and a partial
- *   unique index keeps `name_key` unique among valid keys.
- * - `audit`: one row per change, keyed by the revision it produced.
- * - `last_used`: when a key last authenticated, apart from `keys` so that it
- *   neither moves the revision nor waits on the `meta` lock.
+ * The PostgreSQL store: {@linkcode KeyStore} on a database that several
+ * server instances and the console share. The tables are described in
+ * `schema.ts`; time limits and outages are `connection.ts`'s.
  *
  * Every change is one transaction: the change, the revision bump and its
  * audit line, or nothing. An import is one transaction too, so servers see
  * none of it until it commits, and a failed or killed one leaves nothing;
- * an advisory lock refuses a second import while one runs. Reads on the request path go to the database every
- * time, and give up within a bounded time with
- * {@linkcode StoreUnavailableError} rather than wait on a database that is
- * gone; the pool reconnects by itself once it is back.
+ * an advisory lock refuses a second import while one runs. Reads on the
+ * request path go to the database every time, and give up within a bounded
+ * time with `StoreUnavailableError` rather than wait on a database
+ * that is gone; the pool reconnects by itself once it is back.
  *
  * @module
  */
 
-import postgres from "postgres";
-import { ImportChecker } from "./_import_check.ts";
+import type postgres from "postgres";
+import { ImportChecker } from "../_import_check.ts";
+import {
+  ImportItemError,
+  ImportStateError,
+  KeyCollisionError,
+  KeyIdsExhaustedError,
+  KeyNotFoundError,
+  NameTakenError,
+  RotateRevokedError,
+  StoreInputError,
+} from "../errors.ts";
 import {
   AUDIT_DETAIL,
-  type AuditEntry,
-  cannotRotateRevoked,
-  type ChangeOptions,
-  type ExportItem,
   exportItems,
-  type ExposeOptions,
-  ImportStateError,
-  keyCollision,
-  keyIdsExhausted,
-  keyNotFound,
-  type KeyRecord,
-  type KeyStatus,
-  type KeyStore,
   MAX_KEY_ID,
   nameKey,
-  nameTaken,
-  type NewKeyInput,
   newRecord,
   normalizeEmail,
   normalizeName,
   revokedRecord,
-  type RevokeOptions,
-  type RevokeResult,
   rotatedRecord,
-  type RotateResult,
-  StoreInputError,
-  StoreUnavailableError,
-} from "./store.ts";
-
-/** Tuning of the connection pool and its time limits. */
-export interface PostgresStoreOptions {
-  /** Connections the pool may open; 10 unless set. */
-  maxConnections?: number;
-  /** Seconds to wait for a new connection; 3 unless set. */
-  connectTimeoutSeconds?: number;
-  /**
-   * Milliseconds a request-path read (`findByHash`, `findByHashAt`,
-   * `revision`) may take before it fails as unavailable; 2000 unless set.
-   */
-  readTimeoutMs?: number;
-  /** Milliseconds any other call may take before it fails as unavailable; 15000 unless set. */
-  timeoutMs?: number;
-  /** Milliseconds the server lets one statement run or wait for a lock; 5000 unless set. */
-  statementTimeoutMs?: number;
-}
-
-/** The schema a database was at, and the one it is at now. */
-export interface MigrateResult {
-  from: number;
-  to: number;
-}
-
-/** The database holds a schema this code cannot use. */
-export class SchemaVersionError extends Error {
-  override name = "SchemaVersionError";
-}
-
-/**
- * The schema, one step per version, applied in order and never edited once
- * released: a change is a new step.
- */
-const MIGRATIONS: readonly string[] = [
-  `
-  CREATE TABLE meta (
-    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-    revision bigint NOT NULL DEFAULT 0,
-    last_key_id bigint NOT NULL DEFAULT 0
-  );
-  INSERT INTO meta DEFAULT VALUES;
-  CREATE TABLE keys (
-    id bigint PRIMARY KEY CHECK (id > 0),
-    name text NOT NULL,
-    name_key text NOT NULL,
-    email text NOT NULL,
-    status text NOT NULL CHECK (status IN ('valid', 'revoked')),
-    hash text NOT NULL UNIQUE CHECK (hash ~ '^[0-9a-f]{64}$'),
-    hint text NOT NULL,
-    created_at timestamptz NOT NULL,
-    revoked_at timestamptz,
-    revoked_reason text,
-    exposed_at timestamptz,
-    exposed_from text
-  );
-  CREATE UNIQUE INDEX keys_valid_name_key ON keys (name_key)
-    WHERE status = 'valid';
-  CREATE TABLE last_used (
-    key_id bigint PRIMARY KEY REFERENCES keys (id) ON DELETE CASCADE,
-    at timestamptz NOT NULL
-  );
-  CREATE TABLE audit (
-    seq bigint PRIMARY KEY,
-    at timestamptz NOT NULL,
-    action text NOT NULL
-      CHECK (action IN ('create', 'revoke', 'rotate', 'expose', 'import')),
-    key_id bigint NOT NULL,
-    actor text NOT NULL,
-    detail text
-  );
-  CREATE INDEX audit_by_key ON audit (key_id, seq);
-  `,
-];
-
-/** The newest schema version this code knows. */
-export const SCHEMA_VERSION: number = MIGRATIONS.length;
+} from "../records.ts";
+import type {
+  AuditEntry,
+  ChangeOptions,
+  ExportItem,
+  ExposeOptions,
+  KeyRecord,
+  KeyStatus,
+  KeyStore,
+  NewKeyInput,
+  RevokeOptions,
+  RevokeResult,
+  RotateResult,
+} from "../types.ts";
+import {
+  asUnavailable,
+  bounded,
+  callTimeoutMs,
+  connect,
+  Pool,
+  type PostgresStoreOptions,
+  type Sql,
+} from "./connection.ts";
+import { migrateWith, SchemaVersionError } from "./schema.ts";
 
 /** Rows per statement when listing or importing. */
 const BATCH = 500;
 /** Rows per statement when streaming ids and hashes for an index. */
 const HASH_BATCH = 5000;
-/** Request-path reads allowed to wait at once, so that an outage cannot pile up work without bound. */
-const MAX_PENDING_READS = 1000;
-
-type Sql = postgres.Sql;
 type Tx = postgres.TransactionSql;
 
 interface KeyRow {
@@ -166,15 +91,10 @@ interface AuditRow {
   detail: string | null;
 }
 
-interface Limits {
-  readTimeoutMs: number;
-  timeoutMs: number;
-}
-
 /**
  * Opens a store on the PostgreSQL database at `url`, bringing its schema up
  * to date first. Throws {@linkcode SchemaVersionError} when the database is
- * newer than this code, and {@linkcode StoreUnavailableError} when it cannot
+ * newer than this code, and `StoreUnavailableError` when it cannot
  * be reached.
  */
 export async function openPostgresStore(
@@ -182,122 +102,30 @@ export async function openPostgresStore(
   options: PostgresStoreOptions = {},
 ): Promise<PostgresKeyStore> {
   const sql = connect(url, options);
-  const limits = {
-    readTimeoutMs: options.readTimeoutMs ?? 2000,
-    timeoutMs: options.timeoutMs ?? 15_000,
-  };
   try {
-    await bounded(migrateWith(sql), limits.timeoutMs);
+    await bounded(migrateWith(sql), callTimeoutMs(options));
   } catch (error) {
     await sql.end({ timeout: 1 });
-    throw asUnavailable(error, "The key store cannot be opened");
+    throw error instanceof SchemaVersionError
+      ? error
+      : asUnavailable(error, "The key store cannot be opened");
   }
-  return new PostgresKeyStore(sql, limits);
-}
-
-/**
- * Creates or upgrades the schema of the database at `url`; safe to run again
- * and from several processes at once. Throws {@linkcode SchemaVersionError}
- * when the database is newer than this code.
- */
-export async function migrate(
-  url: string,
-  options: PostgresStoreOptions = {},
-): Promise<MigrateResult> {
-  const sql = connect(url, { ...options, maxConnections: 1 });
-  try {
-    return await bounded(migrateWith(sql), options.timeoutMs ?? 15_000);
-  } catch (error) {
-    throw asUnavailable(error, "The key store cannot be migrated");
-  } finally {
-    await sql.end({ timeout: 1 });
-  }
-}
-
-/** Settings the driver reads but its types leave out. */
-const UNTYPED_SETTINGS = { sslnegotiation: null, max_pipeline: 100 };
-
-function connect(url: string, options: PostgresStoreOptions): Sql {
-  const parsed = new URL(url);
-  const query = parsed.searchParams;
-  const sslmode = query.get("sslmode");
-  const user = decodeURIComponent(parsed.username);
-  const password = decodeURIComponent(parsed.password);
-  const statementTimeout = options.statementTimeoutMs ?? 5000;
-  // Every setting is given here, even the defaults: the driver reads a PG*
-  // environment variable for each one left out, which the tasks' --allow-env
-  // would refuse.
-  return postgres(url, {
-    user,
-    pass: () => password,
-    database: decodeURIComponent(parsed.pathname.slice(1)) || user,
-    port: Number(parsed.port || 5432),
-    max: options.maxConnections ?? 10,
-    ssl: sslmode === null || sslmode === "disable"
-      ? false
-      : sslmode as "require" | "prefer" | "allow" | "verify-full",
-    connect_timeout: options.connectTimeoutSeconds ?? 3,
-    idle_timeout: 0,
-    max_lifetime: 60 * 30,
-    // The driver's own backoff grows to 20 s between attempts, which would
-    // keep the service down long after the database is back.
-    backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 0.5),
-    keep_alive: 30,
-    prepare: true,
-    debug: false,
-    fetch_types: false,
-    publications: "alltables",
-    // Only a primary: reads must see every committed change.
-    target_session_attrs: "read-write",
-    onnotice: () => {},
-    ...UNTYPED_SETTINGS,
-    connection: {
-      application_name: "integration-service",
-      statement_timeout: statementTimeout,
-      lock_timeout: statementTimeout,
-      idle_in_transaction_session_timeout: 60_000,
-    },
-  });
-}
-
-async function migrateWith(sql: Sql): Promise<MigrateResult> {
-  return await sql.begin(async (tx) => {
-    // One migration at a time, even when several instances start together.
-    await tx`SELECT pg_advisory_xact_lock(hashtext('keys: schema migration'))`;
-    await tx`
-      CREATE TABLE IF NOT EXISTS schema_version (
-        version integer PRIMARY KEY,
-        applied_at timestamptz NOT NULL DEFAULT now()
-      )`;
-    const [{ version }] = await tx<{ version: number }[]>`
-      SELECT coalesce(max(version), 0)::int AS version FROM schema_version`;
-    if (version > SCHEMA_VERSION) {
-      throw new SchemaVersionError(
-        `The key store's schema is at version ${version}, newer than the ${SCHEMA_VERSION} this service knows; upgrade the service or point DATABASE_URL at another database`,
-      );
-    }
-    for (let next = version + 1; next <= SCHEMA_VERSION; next++) {
-      await tx.unsafe(MIGRATIONS[next - 1]);
-      await tx`INSERT INTO schema_version (version) VALUES (${next})`;
-    }
-    return { from: version, to: SCHEMA_VERSION };
-  }) as MigrateResult;
+  return new PostgresKeyStore(new Pool(sql, options));
 }
 
 /** {@linkcode KeyStore} on PostgreSQL. */
 export class PostgresKeyStore implements KeyStore {
+  #pool: Pool;
   #sql: Sql;
-  #limits: Limits;
-  #pendingReads = 0;
 
   /** Takes over a pool whose database is already migrated; see {@linkcode openPostgresStore}. */
-  constructor(sql: Sql, limits: Limits) {
-    this.#sql = sql;
-    this.#limits = limits;
+  constructor(pool: Pool) {
+    this.#pool = pool;
+    this.#sql = pool.sql;
   }
 
   async findByHash(hash: string): Promise<KeyRecord | null> {
-    const rows = await this.#read(() =>
+    const rows = await this.#pool.read(() =>
       this.#sql<KeyRow[]>`SELECT * FROM keys WHERE hash = ${hash}`
     );
     return rows.length === 0 ? null : toRecord(rows[0], false);
@@ -307,7 +135,7 @@ export class PostgresKeyStore implements KeyStore {
     hash: string,
   ): Promise<{ record: KeyRecord | null; revision: bigint }> {
     // One statement reads one snapshot: the record is exactly as of that revision.
-    const [row] = await this.#read(() =>
+    const [row] = await this.#pool.read(() =>
       this.#sql<
         (Omit<KeyRow, "id"> & { id: string | null; revision: string })[]
       >`
@@ -323,7 +151,7 @@ export class PostgresKeyStore implements KeyStore {
     options: { afterId?: number } = {},
   ): AsyncIterable<{ id: number; hash: string }> {
     for (let after = Math.floor(options.afterId ?? 0);;) {
-      const rows = await this.#call(() =>
+      const rows = await this.#pool.call(() =>
         this.#sql<{ id: string; hash: string }[]>`
           SELECT id, hash FROM keys WHERE id > ${after}
           ORDER BY id LIMIT ${HASH_BATCH}`
@@ -337,7 +165,7 @@ export class PostgresKeyStore implements KeyStore {
   async importRevision(): Promise<bigint> {
     // Each completed import audits itself at the revision it produced, under
     // key id 0; a failed one leaves nothing, so the newest such line says it.
-    const [row] = await this.#call(() =>
+    const [row] = await this.#pool.call(() =>
       this.#sql<{ seq: string | null }[]>`
         SELECT max(seq) AS seq FROM audit
         WHERE key_id = 0 AND action = 'import'`
@@ -351,7 +179,7 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   async revision(): Promise<bigint> {
-    const [row] = await this.#read(() =>
+    const [row] = await this.#pool.read(() =>
       this.#sql<{ revision: string }[]>`SELECT revision FROM meta`
     );
     return BigInt(row.revision);
@@ -359,7 +187,7 @@ export class PostgresKeyStore implements KeyStore {
 
   async get(id: number): Promise<KeyRecord | null> {
     if (!Number.isSafeInteger(id)) return null;
-    const rows = await this.#call(() =>
+    const rows = await this.#pool.call(() =>
       this.#sql<KeyRow[]>`
         SELECT k.*, u.at AS last_used_at
         FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
@@ -370,7 +198,7 @@ export class PostgresKeyStore implements KeyStore {
 
   async getByName(name: string): Promise<KeyRecord | null> {
     const key = nameKey(name);
-    const rows = await this.#call(() =>
+    const rows = await this.#pool.call(() =>
       this.#sql<KeyRow[]>`
         SELECT k.*, u.at AS last_used_at
         FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
@@ -385,7 +213,7 @@ export class PostgresKeyStore implements KeyStore {
     const all = options.includeRevoked === true;
     // Pages by id rather than a cursor, so a slow reader holds no connection.
     for (let after = 0;;) {
-      const rows = await this.#call(() =>
+      const rows = await this.#pool.call(() =>
         this.#sql<KeyRow[]>`
           SELECT k.*, u.at AS last_used_at
           FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
@@ -402,7 +230,7 @@ export class PostgresKeyStore implements KeyStore {
     const keyId = options.keyId ?? null;
     if (keyId !== null && !Number.isSafeInteger(keyId)) return;
     for (let after = "0";;) {
-      const rows = await this.#call(() =>
+      const rows = await this.#pool.call(() =>
         this.#sql<AuditRow[]>`
           SELECT * FROM audit
           WHERE seq > ${after} AND (${keyId}::bigint IS NULL OR key_id = ${keyId})
@@ -421,7 +249,7 @@ export class PostgresKeyStore implements KeyStore {
       const key = nameKey(name);
       const [byName] = await tx<{ id: string }[]>`
         SELECT id FROM keys WHERE name_key = ${key} AND status = 'valid'`;
-      if (byName) throw nameTaken(name, Number(byName.id));
+      if (byName) throw new NameTakenError(name, Number(byName.id));
       await refuseCollision(tx, input.hash);
       const record = newRecord(nextId(), { ...input, name, email }, at);
       await insertKey(tx, record);
@@ -465,7 +293,7 @@ export class PostgresKeyStore implements KeyStore {
     return await this.#change(async ({ tx, at, nextId }) => {
       const current = await currentRecord(tx, id);
       if (current.status === "revoked") {
-        throw cannotRotateRevoked(id);
+        throw new RotateRevokedError(id);
       }
       await refuseCollision(tx, replacement.hash);
       const created = newRecord(nextId(), {
@@ -517,7 +345,7 @@ export class PostgresKeyStore implements KeyStore {
       const batch = JSON.stringify(all.slice(start, start + BATCH));
       // Sorted by id so that instances flushing at once lock rows in one
       // order and cannot deadlock; the latest time wins whoever writes last.
-      await this.#call(() =>
+      await this.#pool.call(() =>
         this.#sql`
           INSERT INTO last_used (key_id, at)
           SELECT u.id, max(u.at)
@@ -541,7 +369,7 @@ export class PostgresKeyStore implements KeyStore {
     // One transaction: a failure anywhere rolls the whole import back. No
     // overall deadline, as a large import takes its time; each statement
     // still has the server's.
-    return await this.#call(() =>
+    return await this.#pool.call(() =>
       this.#sql.begin(async (tx) => {
         await lockForImport(tx);
         const [state] = await tx<{ empty: boolean; revision: string }[]>`
@@ -552,7 +380,8 @@ export class PostgresKeyStore implements KeyStore {
           FROM meta m FOR UPDATE`;
         if (!state.empty) {
           throw new StoreInputError(
-            "The store is not empty; import only into a new store, so that no key is lost or duplicated",
+            "import_not_empty",
+            "The store is not empty",
           );
         }
         const counts = await writeImport(tx, items);
@@ -573,57 +402,7 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   async close(): Promise<void> {
-    await this.#sql.end({ timeout: 2 });
-  }
-
-  /**
-   * A request-path read: any failure, or no answer within the read timeout,
-   * is an outage, never "no such key".
-   */
-  async #read<T>(query: () => Promise<T>): Promise<T> {
-    if (this.#pendingReads >= MAX_PENDING_READS) {
-      throw new StoreUnavailableError(
-        "The key store is not answering and too many reads are waiting on it",
-      );
-    }
-    this.#pendingReads++;
-    const pending = query();
-    // Counted until the driver gives up, not when the caller does.
-    pending.then(() => this.#pendingReads--, () => this.#pendingReads--);
-    try {
-      return await bounded(pending, this.#limits.readTimeoutMs);
-    } catch (error) {
-      throw new StoreUnavailableError("The key store cannot be read", {
-        cause: error,
-      });
-    }
-  }
-
-  /**
-   * Any other call: a lost connection or a timeout is an outage; other
-   * errors pass. Without `timeoutMs` it waits as long as the server's own
-   * statement timeouts let it.
-   */
-  async #call<T>(
-    work: () => Promise<T>,
-    options: { timeoutMs?: number | null; writes?: boolean } = {},
-  ): Promise<T> {
-    const timeoutMs = options.timeoutMs === undefined
-      ? this.#limits.timeoutMs
-      : options.timeoutMs;
-    try {
-      return timeoutMs === null
-        ? await work()
-        : await bounded(work(), timeoutMs);
-    } catch (error) {
-      if (error instanceof DeadlineError && options.writes) {
-        throw new StoreUnavailableError(
-          `The key store did not answer within ${timeoutMs} ms, so a change may or may not have been made; check with "keys list --all" and "keys audit" before trying again`,
-          { cause: error },
-        );
-      }
-      throw asUnavailable(error, "The key store cannot be used");
-    }
+    await this.#pool.end(2);
   }
 
   /**
@@ -635,13 +414,13 @@ export class PostgresKeyStore implements KeyStore {
   #change<T>(
     work: (draft: Draft) => Promise<{ result: T; audit: AuditLine | null }>,
   ): Promise<T> {
-    return this.#call(() =>
+    return this.#pool.call(() =>
       this.#sql.begin(async (tx) => {
         // Refused at once while an import holds the store, rather than after
         // the lock timeout with a message that blames the database.
         const [free] = await tx<{ free: boolean }[]>`
           SELECT pg_try_advisory_xact_lock_shared(${IMPORT_LOCK}) AS free`;
-        if (!free.free) throw new ImportStateError("import-unfinished");
+        if (!free.free) throw new ImportStateError("import_unfinished");
         const [meta] = await tx<{ revision: string; last_key_id: string }[]>`
           SELECT revision, last_key_id FROM meta FOR UPDATE`;
         let lastId = Number(meta.last_key_id);
@@ -650,7 +429,9 @@ export class PostgresKeyStore implements KeyStore {
           tx,
           at,
           nextId: () => {
-            if (lastId >= MAX_KEY_ID) throw keyIdsExhausted();
+            if (lastId >= MAX_KEY_ID) {
+              throw new KeyIdsExhaustedError(MAX_KEY_ID);
+            }
             return ++lastId;
           },
         });
@@ -676,55 +457,18 @@ interface Draft {
 
 type AuditLine = Omit<AuditEntry, "at">;
 
-/** The database did not answer in time; the work may still be running there. */
-class DeadlineError extends Error {
-  override name = "DeadlineError";
-}
-
-/** Settles like `work`, or rejects with {@linkcode DeadlineError} once `ms` have passed. */
-function bounded<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new DeadlineError(`no answer within ${ms} ms`)),
-      ms,
-    );
-  });
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
-}
-
-/** Turns a lost connection, a timeout or an overloaded server into {@linkcode StoreUnavailableError}. */
-function asUnavailable(error: unknown, what: string): unknown {
-  if (!(error instanceof Error) || error instanceof StoreInputError) {
-    return error;
-  }
-  if (error instanceof SchemaVersionError) return error;
-  const code = (error as { code?: unknown }).code;
-  const outage = error instanceof DeadlineError ||
-    (typeof code === "string" && (error instanceof postgres.PostgresError
-      // Connection exceptions, too many connections, timeouts and
-      // shutdowns, lock waits, conflicts a retry would clear.
-      ? /^(08|53|57|58)|^55P03$|^40001$|^40P01$/.test(code)
-      : /^(CONNECT_TIMEOUT|CONNECTION_\w+|E[A-Z_]+)$/.test(code)));
-  if (!outage) return error;
-  return new StoreUnavailableError(
-    `${what}: ${error.message}; check that PostgreSQL is running and that DATABASE_URL points at it, then try again`,
-    { cause: error },
-  );
-}
-
 /** The record as of now; the caller holds the `meta` lock, so it stays so. */
 async function currentRecord(tx: Tx, id: number): Promise<KeyRecord> {
-  if (!Number.isSafeInteger(id)) throw keyNotFound(id);
+  if (!Number.isSafeInteger(id)) throw new KeyNotFoundError(id);
   const [row] = await tx<KeyRow[]>`SELECT * FROM keys WHERE id = ${id}`;
-  if (!row) throw keyNotFound(id);
+  if (!row) throw new KeyNotFoundError(id);
   return toRecord(row, false);
 }
 
 async function refuseCollision(tx: Tx, hash: string): Promise<void> {
   const [taken] = await tx`SELECT 1 FROM keys WHERE hash = ${hash}`;
   if (taken) {
-    throw keyCollision();
+    throw new KeyCollisionError();
   }
 }
 
@@ -769,7 +513,7 @@ async function lockForImport(tx: Tx): Promise<void> {
     if (other.importing) break;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  throw new ImportStateError("import-unfinished");
+  throw new ImportStateError("import_unfinished");
 }
 
 function bigMax(a: bigint, b: bigint): bigint {
@@ -833,11 +577,7 @@ async function writeImport(
         detail: entry.detail,
       });
     } else {
-      throw new StoreInputError(
-        `The import holds an item of unknown type ${
-          JSON.stringify((item as { type: unknown }).type)
-        }`,
-      );
+      throw new ImportItemError((item as { type: unknown }).type);
     }
     if (keys.length + audit.length >= BATCH) await flush();
   }

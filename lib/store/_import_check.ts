@@ -7,13 +7,13 @@
  */
 
 import {
-  type AuditEntry,
-  type KeyRecord,
-  MAX_KEY_ID,
-  nameKey,
-  normalizeEmail,
-  StoreInputError,
-} from "./store.ts";
+  ImportAuditError,
+  type ImportDefect,
+  ImportKeyError,
+  InvalidFieldError,
+} from "./errors.ts";
+import { MAX_KEY_ID, nameKey, normalizeEmail } from "./records.ts";
+import type { AuditEntry, KeyRecord } from "./types.ts";
 
 /**
  * Longest revoke reason an import takes. Must be at least what the console
@@ -32,12 +32,12 @@ const DETAIL_MAX = IMPORT_REASON_MAX + 300;
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$/;
 const ACTIONS = new Set(["create", "revoke", "rotate", "expose", "import"]);
 
-function fail(what: string, id: unknown): never {
-  throw new StoreInputError(
-    `The import's key ${
-      JSON.stringify(id)
-    } has ${what}; fix or regenerate the export`,
-  );
+function fail(
+  id: unknown,
+  defect: ImportDefect,
+  details?: ConstructorParameters<typeof ImportKeyError>[2],
+): never {
+  throw new ImportKeyError(id, defect, details);
 }
 
 function isIso(value: unknown): value is string {
@@ -53,13 +53,13 @@ function textOrNull(value: unknown, max: number): boolean {
   return value === null || (typeof value === "string" && value.length <= max);
 }
 
-/** Runs a field check of store.ts and words its refusal as the import's. */
+/** Runs a field rule of records.ts and turns its refusal into the import's. */
 function _field<T>(id: number, check: () => T): T {
   try {
     return check();
   } catch (error) {
-    if (error instanceof StoreInputError) {
-      fail(`a bad field (${error.message})`, id);
+    if (error instanceof InvalidFieldError) {
+      fail(id, "field_invalid", { invalid: error });
     }
     throw error;
   }
@@ -78,44 +78,56 @@ export class ImportChecker {
 
   /** Validates one imported key record and returns it in canonical shape. */
   record(record: KeyRecord): KeyRecord {
-    if (typeof record !== "object" || record === null) fail("no record", null);
+    if (typeof record !== "object" || record === null) {
+      fail(null, "not_a_record");
+    }
     const id = record.id;
     if (!Number.isInteger(id) || id < 1 || id > MAX_KEY_ID) {
-      fail(`an id that is not a whole number from 1 to ${MAX_KEY_ID}`, id);
+      fail(id, "id_out_of_range", { limit: MAX_KEY_ID });
     }
-    if (this.#ids.has(id)) fail("an id another key has", id);
+    if (this.#ids.has(id)) fail(id, "id_repeated");
     if (
       typeof record.hash !== "string" || !/^[0-9a-f]{64}$/.test(record.hash)
     ) {
-      fail("a hash that is not SHA-256 hex", id);
+      fail(id, "hash_malformed");
     }
-    if (this.#hashes.has(record.hash)) fail("a hash another key has", id);
+    if (this.#hashes.has(record.hash)) fail(id, "hash_repeated");
     if (record.status !== "valid" && record.status !== "revoked") {
-      fail("an unknown status", id);
+      fail(id, "status_unknown");
     }
-    if (typeof record.name !== "string") fail("no name", id);
-    if (typeof record.email !== "string") fail("no e-mail", id);
+    if (typeof record.name !== "string") fail(id, "name_missing");
+    if (typeof record.email !== "string") fail(id, "email_missing");
     _field(id, () => normalizeEmail(record.email));
     if (record.status === "valid") {
       const key = _field(id, () => nameKey(record.name));
-      if (this.#names.has(key)) fail("a name another valid key has", id);
+      if (this.#names.has(key)) fail(id, "name_repeated");
       this.#names.add(key);
     } else if (record.name.length > REVOKED_NAME_MAX) {
-      fail(`a name longer than ${REVOKED_NAME_MAX} characters`, id);
+      fail(id, "name_too_long", { limit: REVOKED_NAME_MAX });
     }
     const hint = record.hint ?? "";
     if (typeof hint !== "string" || hint.length > HINT_MAX) {
-      fail(`a hint that is not text of at most ${HINT_MAX} characters`, id);
+      fail(id, "hint_malformed", { limit: HINT_MAX });
     }
-    if (!isIso(record.createdAt)) fail("a bad createdAt", id);
+    if (!isIso(record.createdAt)) {
+      fail(id, "time_malformed", { recordField: "createdAt" });
+    }
     for (const field of ["revokedAt", "exposedAt", "lastUsedAt"] as const) {
-      if (!isoOrNull(record[field] ?? null)) fail(`a bad ${field}`, id);
+      if (!isoOrNull(record[field] ?? null)) {
+        fail(id, "time_malformed", { recordField: field });
+      }
     }
     if (!textOrNull(record.revokedReason ?? null, IMPORT_REASON_MAX)) {
-      fail(`a revokedReason longer than ${IMPORT_REASON_MAX} characters`, id);
+      fail(id, "text_too_long", {
+        recordField: "revokedReason",
+        limit: IMPORT_REASON_MAX,
+      });
     }
     if (!textOrNull(record.exposedFrom ?? null, EXPOSED_FROM_MAX)) {
-      fail(`an exposedFrom longer than ${EXPOSED_FROM_MAX} characters`, id);
+      fail(id, "text_too_long", {
+        recordField: "exposedFrom",
+        limit: EXPOSED_FROM_MAX,
+      });
     }
     this.#ids.add(id);
     this.#hashes.add(record.hash);
@@ -146,11 +158,7 @@ export class ImportChecker {
       entry.actor.length > IMPORT_ACTOR_MAX ||
       !textOrNull(entry.detail ?? null, DETAIL_MAX)
     ) {
-      throw new StoreInputError(
-        `The import holds a malformed audit line ${
-          JSON.stringify(entry).slice(0, 120)
-        }; fix or regenerate the export`,
-      );
+      throw new ImportAuditError(JSON.stringify(entry).slice(0, 120));
     }
     return {
       at: entry.at,

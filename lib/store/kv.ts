@@ -34,34 +34,39 @@
 
 import { ImportChecker } from "./_import_check.ts";
 import {
-  AUDIT_DETAIL,
-  type AuditEntry,
-  cannotRotateRevoked,
-  type ChangeOptions,
-  type ExportItem,
-  exportItems,
-  type ExposeOptions,
+  ImportItemError,
   ImportStateError,
-  keyCollision,
-  keyIdsExhausted,
-  keyNotFound,
-  type KeyRecord,
-  type KeyStore,
+  KeyCollisionError,
+  KeyIdsExhaustedError,
+  KeyNotFoundError,
+  NameTakenError,
+  RotateRevokedError,
+  StoreInputError,
+  StoreUnavailableError,
+} from "./errors.ts";
+import {
+  AUDIT_DETAIL,
+  exportItems,
   MAX_KEY_ID,
   nameKey,
-  nameTaken,
-  type NewKeyInput,
   newRecord,
   normalizeEmail,
   normalizeName,
   revokedRecord,
-  type RevokeOptions,
-  type RevokeResult,
   rotatedRecord,
-  type RotateResult,
-  StoreInputError,
-  StoreUnavailableError,
-} from "./store.ts";
+} from "./records.ts";
+import type {
+  AuditEntry,
+  ChangeOptions,
+  ExportItem,
+  ExposeOptions,
+  KeyRecord,
+  KeyStore,
+  NewKeyInput,
+  RevokeOptions,
+  RevokeResult,
+  RotateResult,
+} from "./types.ts";
 
 const keyById = (id: number) => ["keys", id] as const;
 const keyByHash = (hash: string) => ["keys_by_hash", hash] as const;
@@ -143,7 +148,7 @@ export class KvKeyStore implements KeyStore {
     const [record, used, marker] = await this.#kv.getMany<
       [KeyRecord, string, unknown]
     >([keyById(id), lastUsedKey(id), IMPORTING]);
-    if (marker.value !== null) throw new ImportStateError("import-unfinished");
+    if (marker.value !== null) throw new ImportStateError("import_unfinished");
     return record.value && { ...record.value, lastUsedAt: used.value };
   }
 
@@ -186,9 +191,9 @@ export class KvKeyStore implements KeyStore {
       const [counter, byName, byHash] = await this.#kv.getMany<
         [Deno.KvU64, number, KeyRecord]
       >([KEY_ID_COUNTER, keyByName(name), keyByHash(input.hash)]);
-      if (byName.value !== null) throw nameTaken(name, byName.value);
+      if (byName.value !== null) throw new NameTakenError(name, byName.value);
       if (byHash.value !== null) {
-        throw keyCollision();
+        throw new KeyCollisionError();
       }
       const record = newRecord(nextId(counter), { ...input, name, email }, at);
       const op = this.#kv.atomic().check(counter, byName, byHash)
@@ -207,7 +212,7 @@ export class KvKeyStore implements KeyStore {
   revoke(id: number, options: RevokeOptions): Promise<RevokeResult> {
     return this.#change<RevokeResult>(async (at, revision) => {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
-      if (current.value === null) throw keyNotFound(id);
+      if (current.value === null) throw new KeyNotFoundError(id);
       if (current.value.status === "revoked") {
         return { op: null, result: { record: current.value, changed: false } };
       }
@@ -232,15 +237,15 @@ export class KvKeyStore implements KeyStore {
   ): Promise<RotateResult> {
     return this.#change(async (at, revision) => {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
-      if (current.value === null) throw keyNotFound(id);
+      if (current.value === null) throw new KeyNotFoundError(id);
       if (current.value.status === "revoked") {
-        throw cannotRotateRevoked(id);
+        throw new RotateRevokedError(id);
       }
       const [counter, byHash] = await this.#kv.getMany<
         [Deno.KvU64, KeyRecord]
       >([KEY_ID_COUNTER, keyByHash(replacement.hash)]);
       if (byHash.value !== null) {
-        throw keyCollision();
+        throw new KeyCollisionError();
       }
       const created = newRecord(nextId(counter), {
         ...replacement,
@@ -293,9 +298,13 @@ export class KvKeyStore implements KeyStore {
         keyByHash(hash),
       ], { consistency: "strong" });
     } catch (error) {
-      throw new StoreUnavailableError("The key store cannot be read", {
-        cause: error,
-      });
+      throw new StoreUnavailableError(
+        "store_unavailable",
+        "The key store cannot be read",
+        {
+          cause: error,
+        },
+      );
     }
     return {
       revision: entries[0].value?.value ?? 0n,
@@ -327,7 +336,7 @@ export class KvKeyStore implements KeyStore {
   markExposed(id: number, options: ExposeOptions): Promise<boolean> {
     return this.#change<boolean>(async (at, revision) => {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
-      if (current.value === null) throw keyNotFound(id);
+      if (current.value === null) throw new KeyNotFoundError(id);
       if (current.value.exposedAt !== null) return { op: null, result: false };
       const op = this.#kv.atomic().check(current);
       putRecord(op, {
@@ -410,6 +419,7 @@ export class KvKeyStore implements KeyStore {
       }
       if (tries >= MAX_TRIES) {
         throw new StoreUnavailableError(
+          "store_busy",
           `The key store stayed busy through ${MAX_TRIES} attempts; try again`,
         );
       }
@@ -424,11 +434,9 @@ export class KvKeyStore implements KeyStore {
       IMPORTING,
     ]);
     // Another import's marker is never taken over: it may still be running.
-    if (marker.value !== null) throw new ImportStateError("import-unfinished");
+    if (marker.value !== null) throw new ImportStateError("import_unfinished");
     if (!(await this.#isEmpty())) {
-      throw new StoreInputError(
-        "The store is not empty; import only into a new store, so that no key is lost or duplicated",
-      );
+      throw new StoreInputError("import_not_empty", "The store is not empty");
     }
     const revision = (current.value?.value ?? 0n) + 1n;
     // Every change moves the revision, so checking it proves the store is
@@ -440,10 +448,11 @@ export class KvKeyStore implements KeyStore {
     const start = await commitRetrying(op);
     if (!start.ok) {
       if ((await this.#kv.get(IMPORTING)).value !== null) {
-        throw new ImportStateError("import-unfinished");
+        throw new ImportStateError("import_unfinished");
       }
       throw new StoreInputError(
-        "The store changed while the import began; run it again",
+        "import_raced",
+        "The store changed while the import began",
       );
     }
     return { key: IMPORTING, versionstamp: start.versionstamp };
@@ -475,11 +484,7 @@ export class KvKeyStore implements KeyStore {
           checker.audit(item.entry),
         );
       } else {
-        throw new StoreInputError(
-          `The import holds an item of unknown type ${
-            JSON.stringify((item as { type: unknown }).type)
-          }`,
-        );
+        throw new ImportItemError((item as { type: unknown }).type);
       }
     }
     await batch.flush();
@@ -509,7 +514,7 @@ export class KvKeyStore implements KeyStore {
       detail: `${counts.keys} keys and ${counts.audit} audit lines`,
     });
     if (!(await commitRetrying(op)).ok) {
-      throw new ImportStateError("import-aborted");
+      throw new ImportStateError("import_aborted");
     }
   }
 
@@ -542,12 +547,12 @@ export class KvKeyStore implements KeyStore {
         .set(IMPORT_REVISION, new Deno.KvU64(revision))
         .delete(IMPORTING),
     );
-    if (!done.ok) throw new ImportStateError("import-aborted");
+    if (!done.ok) throw new ImportStateError("import_aborted");
   }
 
   async #refuseWhileImporting(): Promise<void> {
     if ((await this.#read(IMPORTING)).value !== null) {
-      throw new ImportStateError("import-unfinished");
+      throw new ImportStateError("import_unfinished");
     }
   }
 
@@ -560,9 +565,13 @@ export class KvKeyStore implements KeyStore {
     try {
       return await this.#kv.get<T>(key, { consistency: "strong" });
     } catch (error) {
-      throw new StoreUnavailableError("The key store cannot be read", {
-        cause: error,
-      });
+      throw new StoreUnavailableError(
+        "store_unavailable",
+        "The key store cannot be read",
+        {
+          cause: error,
+        },
+      );
     }
   }
 
@@ -583,7 +592,7 @@ export class KvKeyStore implements KeyStore {
       // The import sets the marker with a revision bump, so the check of
       // `current` below also fails a change that raced its start.
       if (marker.value !== null) {
-        throw new ImportStateError("import-unfinished");
+        throw new ImportStateError("import_unfinished");
       }
       const revision = (current.value?.value ?? 0n) + 1n;
       const { op, result } = await attempt(new Date(), revision);
@@ -598,6 +607,7 @@ export class KvKeyStore implements KeyStore {
       }
       if (tries >= MAX_TRIES) {
         throw new StoreUnavailableError(
+          "store_busy",
           `The key store stayed busy through ${MAX_TRIES} attempts; try again`,
         );
       }
@@ -616,7 +626,7 @@ function backoff(tries: number): Promise<void> {
 
 function nextId(counter: Deno.KvEntryMaybe<Deno.KvU64>): number {
   const id = Number((counter.value?.value ?? 0n) + 1n);
-  if (id > MAX_KEY_ID) throw keyIdsExhausted();
+  if (id > MAX_KEY_ID) throw new KeyIdsExhaustedError(MAX_KEY_ID);
   return id;
 }
 
@@ -626,7 +636,13 @@ function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
 }
 
-/** SQLite's "database is locked": another connection writes; the driver gives it no code. */
+/**
+ * SQLite's "database is locked": another connection holds the write lock.
+ * The one place that reads an error's text, because nothing else tells it:
+ * Deno (2.9) throws a plain TypeError for it, with no `code`, no
+ * `Deno.errors` class and no cause (checked by holding the lock from a second
+ * process). Replace this with a class or code check once Deno gives one.
+ */
 function isLocked(error: unknown): boolean {
   return String(error).includes("database is locked");
 }
@@ -698,7 +714,7 @@ class _Batch {
     this.#op = this.#kv.atomic();
     this.#mutations = this.#bytes = this.#keyBytes = 0;
     // The marker is the only thing checked: someone aborted this import.
-    if (!result.ok) throw new ImportStateError("import-aborted");
+    if (!result.ok) throw new ImportStateError("import_aborted");
   }
 
   async #room(key: Deno.KvKey, value: unknown): Promise<void> {

@@ -1,0 +1,147 @@
+/**
+ * The PostgreSQL schema: its tables, created and upgraded by numbered
+ * migrations recorded in `schema_version`.
+ *
+ * Tables:
+ * - `meta`: one row holding the revision and the last key id handed out.
+ *   Every change locks it first (`SELECT … FOR UPDATE`), so changes are
+ *   totally ordered, ids come out 1, 2, 3 … and the audit follows that order.
+ * - `keys`: one row per key, valid or revoked; `hash` is unique, and a partial
+ *   unique index keeps `name_key` unique among valid keys.
+ * - `audit`: one row per change, keyed by the revision it produced.
+ * - `last_used`: when a key last authenticated, apart from `keys` so that it
+ *   neither moves the revision nor waits on the `meta` lock.
+ *
+ * @module
+ */
+
+import {
+  asUnavailable,
+  bounded,
+  callTimeoutMs,
+  connect,
+  type PostgresStoreOptions,
+  type Sql,
+} from "./connection.ts";
+
+/** The schema a database was at, and the one it is at now. */
+export interface MigrateResult {
+  from: number;
+  to: number;
+}
+
+/**
+ * The database holds a schema newer than this code knows. The message names
+ * the operator's fix, as the server and the console both print it.
+ */
+export class SchemaVersionError extends Error {
+  override name = "SchemaVersionError";
+  readonly code = "schema_too_new";
+  /** The database's schema version. */
+  readonly found: number;
+  /** The newest version this code knows. */
+  readonly known: number;
+
+  constructor(found: number, known: number) {
+    super(
+      `The key store's schema is at version ${found}, newer than the ${known} this service knows; upgrade the service or point DATABASE_URL at another database`,
+    );
+    this.found = found;
+    this.known = known;
+  }
+}
+
+/**
+ * The schema, one step per version, applied in order and never edited once
+ * released: a change is a new step.
+ */
+const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE meta (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    revision bigint NOT NULL DEFAULT 0,
+    last_key_id bigint NOT NULL DEFAULT 0
+  );
+  INSERT INTO meta DEFAULT VALUES;
+  CREATE TABLE keys (
+    id bigint PRIMARY KEY CHECK (id > 0),
+    name text NOT NULL,
+    name_key text NOT NULL,
+    email text NOT NULL,
+    status text NOT NULL CHECK (status IN ('valid', 'revoked')),
+    hash text NOT NULL UNIQUE CHECK (hash ~ '^[0-9a-f]{64}$'),
+    hint text NOT NULL,
+    created_at timestamptz NOT NULL,
+    revoked_at timestamptz,
+    revoked_reason text,
+    exposed_at timestamptz,
+    exposed_from text
+  );
+  CREATE UNIQUE INDEX keys_valid_name_key ON keys (name_key)
+    WHERE status = 'valid';
+  CREATE TABLE last_used (
+    key_id bigint PRIMARY KEY REFERENCES keys (id) ON DELETE CASCADE,
+    at timestamptz NOT NULL
+  );
+  CREATE TABLE audit (
+    seq bigint PRIMARY KEY,
+    at timestamptz NOT NULL,
+    action text NOT NULL
+      CHECK (action IN ('create', 'revoke', 'rotate', 'expose', 'import')),
+    key_id bigint NOT NULL,
+    actor text NOT NULL,
+    detail text
+  );
+  CREATE INDEX audit_by_key ON audit (key_id, seq);
+  `,
+];
+
+/** The newest schema version this code knows. */
+export const SCHEMA_VERSION: number = MIGRATIONS.length;
+
+/**
+ * Creates or upgrades the schema of the database at `url`; safe to run again
+ * and from several processes at once. Throws {@linkcode SchemaVersionError}
+ * when the database is newer than this code.
+ */
+export async function migrate(
+  url: string,
+  options: PostgresStoreOptions = {},
+): Promise<MigrateResult> {
+  const sql = connect(url, { ...options, maxConnections: 1 });
+  try {
+    return await bounded(migrateWith(sql), callTimeoutMs(options));
+  } catch (error) {
+    throw error instanceof SchemaVersionError
+      ? error
+      : asUnavailable(error, "The key store cannot be migrated");
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
+}
+
+/**
+ * Brings the schema of the database behind `sql` up to date, in one
+ * transaction; the caller bounds the time it may take.
+ */
+export async function migrateWith(sql: Sql): Promise<MigrateResult> {
+  return await sql.begin(async (tx) => {
+    // One migration at a time, even when several instances start together.
+    await tx`SELECT pg_advisory_xact_lock(hashtext('keys: schema migration'))`;
+    await tx`
+      CREATE TABLE IF NOT EXISTS schema_version (
+        version integer PRIMARY KEY,
+        applied_at timestamptz NOT NULL DEFAULT now()
+      )`;
+    const [{ version }] = await tx<{ version: number }[]>`
+      SELECT coalesce(max(version), 0)::int AS version FROM schema_version`;
+    if (version > SCHEMA_VERSION) {
+      throw new SchemaVersionError(version, SCHEMA_VERSION);
+    }
+    for (let next = version + 1; next <= SCHEMA_VERSION; next++) {
+      await tx.unsafe(MIGRATIONS[next - 1]);
+      await tx`INSERT INTO schema_version (version) VALUES (${next})`;
+    }
+    return { from: version, to: SCHEMA_VERSION };
+  }) as MigrateResult;
+}

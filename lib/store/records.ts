@@ -1,0 +1,188 @@
+/**
+ * The rules every store applies alike: what a name, an e-mail, a reason and
+ * an audit actor may be, how names are compared, and the one shape of a new,
+ * revoked or rotated record, of an audit detail and of an export.
+ *
+ * @module
+ */
+
+import {
+  escapeControlCharacters,
+  hasControlCharacters,
+} from "../_control_characters.ts";
+import { InvalidFieldError } from "./errors.ts";
+import type { ExportItem, KeyRecord, KeyStore, NewKeyInput } from "./types.ts";
+
+/**
+ * The highest key id: below 2^31, so that ids stay exact wherever they are
+ * counted and every store's export can be imported again.
+ */
+export const MAX_KEY_ID = 2 ** 31 - 1;
+
+/** The longest name, in characters (code points after NFC). */
+export const NAME_MAX = 64;
+/** The longest e-mail address, in UTF-16 units (RFC 5321's 254). */
+export const EMAIL_MAX = 254;
+/** The longest revocation reason, in characters. */
+export const REASON_MAX = 500;
+/** The longest audit actor (user@host), in characters. */
+export const ACTOR_MAX = 128;
+/** The longest refused e-mail address an error carries, in characters. */
+const REFUSED_EMAIL_MAX = 80;
+
+/**
+ * The checks a stored name already passed: the name's identity for the
+ * uniqueness index must never fail on a record the store holds, so the
+ * rules added since (no bidirectional controls) live in normalizeName only.
+ */
+function tidyName(name: string): string {
+  const tidy = name.normalize("NFC").trim();
+  if (tidy === "") throw new InvalidFieldError("name", "empty");
+  if ([...tidy].length > NAME_MAX) {
+    throw new InvalidFieldError("name", "too_long", { limit: NAME_MAX });
+  }
+  // deno-lint-ignore no-control-regex
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(tidy)) {
+    throw new InvalidFieldError("name", "control_characters");
+  }
+  if (/^\d+$/.test(tidy)) {
+    // A key is referred to by id or by name; an all-digit name would be ambiguous.
+    throw new InvalidFieldError("name", "all_digits");
+  }
+  return tidy;
+}
+
+/**
+ * Checks and tidies a new key name: at most {@linkcode NAME_MAX} characters,
+ * not empty, not all digits, no control or bidirectional characters; throws
+ * {@linkcode InvalidFieldError} when unusable.
+ */
+export function normalizeName(name: string): string {
+  const tidy = tidyName(name);
+  if (hasControlCharacters(tidy)) {
+    throw new InvalidFieldError("name", "control_or_bidi_characters");
+  }
+  return tidy;
+}
+
+/** The form in which names are compared for uniqueness. */
+export function nameKey(name: string): string {
+  return tidyName(name).toLowerCase();
+}
+
+/**
+ * Checks an e-mail address: at most {@linkcode EMAIL_MAX} characters, no
+ * spaces, control or bidirectional characters; throws
+ * {@linkcode InvalidFieldError} when unusable.
+ */
+export function normalizeEmail(email: string): string {
+  const tidy = email.trim();
+  // Deliberately practical: one @, a dotted domain, no spaces or control characters.
+  const ok = tidy.length <= EMAIL_MAX &&
+    /^[^\s@\p{Cc}]{1,64}@[^\s@\p{Cc}]+\.[^\s@\p{Cc}.]{2,}$/u.test(tidy) &&
+    !tidy.includes("..") && !hasControlCharacters(tidy);
+  if (!ok) {
+    throw new InvalidFieldError("email", "not_an_address", {
+      limit: EMAIL_MAX,
+      value: shortened(email, REFUSED_EMAIL_MAX),
+    });
+  }
+  return tidy;
+}
+
+/**
+ * Checks a revocation reason: at most {@linkcode REASON_MAX} characters, not
+ * blank, no control or bidirectional characters (one line, shown as is in
+ * listings); throws {@linkcode InvalidFieldError} when unusable.
+ */
+export function normalizeReason(reason: string): string {
+  const tidy = reason.normalize("NFC").trim();
+  if (tidy === "") throw new InvalidFieldError("reason", "empty");
+  if ([...tidy].length > REASON_MAX) {
+    throw new InvalidFieldError("reason", "too_long", { limit: REASON_MAX });
+  }
+  if (hasControlCharacters(tidy)) {
+    throw new InvalidFieldError("reason", "control_or_bidi_characters");
+  }
+  return tidy;
+}
+
+/**
+ * Who made a change, as the audit log keeps it. It comes from the
+ * environment (USER, the host name), which the admin does not type and
+ * should not be refused for, so it is made safe instead: control and
+ * bidirectional characters escaped, cut to {@linkcode ACTOR_MAX} characters.
+ */
+export function normalizeActor(actor: string): string {
+  return shortened(escapeControlCharacters(actor.trim()), ACTOR_MAX) ||
+    "unknown";
+}
+
+/** Text cut to `max` characters, the last one an ellipsis when cut. */
+function shortened(text: string, max: number): string {
+  const chars = [...text];
+  return chars.length <= max ? text : chars.slice(0, max - 1).join("") + "…";
+}
+
+/** The words of the audit log's details, alike in every store. */
+export const AUDIT_DETAIL = {
+  rotate: (createdId: number): string => `replaced by key ${createdId}`,
+  expose: (from: string): string => `sent in a URL from ${from}; rotate it`,
+};
+
+/** A new valid record: the one shape every store creates. */
+export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
+  return {
+    id,
+    name: input.name,
+    email: input.email,
+    status: "valid",
+    hash: input.hash,
+    hint: input.hint,
+    createdAt: at.toISOString(),
+    revokedAt: null,
+    revokedReason: null,
+    exposedAt: null,
+    exposedFrom: null,
+    lastUsedAt: null,
+  };
+}
+
+/** The record as revoked now: the one way every store revokes. */
+export function revokedRecord(
+  record: KeyRecord,
+  at: Date,
+  reason?: string,
+): KeyRecord {
+  return {
+    ...record,
+    status: "revoked",
+    revokedAt: at.toISOString(),
+    revokedReason: reason ?? null,
+  };
+}
+
+/** The record as revoked by a rotation that replaced it with key `createdId`. */
+export function rotatedRecord(
+  record: KeyRecord,
+  at: Date,
+  createdId: number,
+): KeyRecord {
+  return revokedRecord(record, at, `rotated: replaced by key ${createdId}`);
+}
+
+/** The record without its hash, as the console shows it. */
+export function publicRecord(record: KeyRecord): Omit<KeyRecord, "hash"> {
+  const { hash: _hash, ...rest } = record;
+  return rest;
+}
+
+/** Every key record, then every audit line: the backup format of every store. */
+export async function* exportItems(
+  store: Pick<KeyStore, "list" | "audit">,
+): AsyncIterable<ExportItem> {
+  for await (const record of store.list({ includeRevoked: true })) {
+    yield { type: "key", record };
+  }
+  for await (const entry of store.audit()) yield { type: "audit", entry };
+}

@@ -1,0 +1,169 @@
+/**
+ * The store's vocabulary: the records it keeps, what a change takes and
+ * returns, and the {@linkcode KeyStore} contract every store fulfils. Types
+ * only, importing nothing, so that any module may depend on it.
+ *
+ * @module
+ */
+
+/** The two states of the specification: usable, or revoked for good. */
+export type KeyStatus = "valid" | "revoked";
+
+/** Everything kept about one key. The key itself is never part of it. */
+export interface KeyRecord {
+  /** 1, 2, 3 …: reported to the caller as `apiKeyId`. */
+  id: number;
+  /** Unique among valid keys, so the list stays readable. */
+  name: string;
+  /** The integrator's registration. */
+  email: string;
+  status: KeyStatus;
+  /** SHA-256 of the key, hex. */
+  hash: string;
+  /** Prefix and last four characters, to recognise the key by. */
+  hint: string;
+  createdAt: string;
+  revokedAt: string | null;
+  revokedReason: string | null;
+  /** When the key was first seen in a URL, where anyone along the way may have logged it. */
+  exposedAt: string | null;
+  /** The client address that sent it in the URL. */
+  exposedFrom: string | null;
+  /**
+   * When the key last authenticated a request, to the minute; filled in by
+   * `get()` and `list()` only, as it is written apart from the record.
+   */
+  lastUsedAt: string | null;
+}
+
+/** What the admin supplies for a new key, plus the hash of the generated secret. */
+export interface NewKeyInput {
+  name: string;
+  email: string;
+  hash: string;
+  hint: string;
+}
+
+/** One line of the audit log. */
+export interface AuditEntry {
+  at: string;
+  action: "create" | "revoke" | "rotate" | "expose" | "import";
+  keyId: number;
+  /** Who did it: OS user and host for the console. */
+  actor: string;
+  detail: string | null;
+}
+
+/** Who performs a change, for the audit log. */
+export interface ChangeOptions {
+  actor: string;
+}
+
+/** Options of {@linkcode KeyStore.revoke}. */
+export interface RevokeOptions extends ChangeOptions {
+  reason?: string;
+}
+
+/** Options of {@linkcode KeyStore.markExposed}. */
+export interface ExposeOptions extends ChangeOptions {
+  /** The client address the key came from. */
+  from: string;
+}
+
+/** One line of a backup: a key record or an audit line, in store order. */
+export type ExportItem =
+  | { type: "key"; record: KeyRecord }
+  | { type: "audit"; entry: AuditEntry };
+
+/** The result of a revocation: `changed` is false when the key was already revoked. */
+export interface RevokeResult {
+  record: KeyRecord;
+  changed: boolean;
+}
+
+/** The result of a rotation: the revoked key and its replacement. */
+export interface RotateResult {
+  revoked: KeyRecord;
+  created: KeyRecord;
+}
+
+/**
+ * The store contract. Every change is atomic (the whole change and its audit
+ * line, or nothing) and every read is strongly consistent, so a revocation
+ * holds for the very next request in every process sharing the store.
+ */
+export interface KeyStore {
+  /** The record whose hash matches, valid or revoked; null when none. */
+  findByHash(hash: string): Promise<KeyRecord | null>;
+  /** The record with this id, valid or revoked; null when none. */
+  get(id: number): Promise<KeyRecord | null>;
+  /** The valid key with this name (names are compared case-insensitively). */
+  getByName(name: string): Promise<KeyRecord | null>;
+  /** Records in id order, streamed; valid ones only unless `includeRevoked`. */
+  list(options?: { includeRevoked?: boolean }): AsyncIterable<KeyRecord>;
+  /** Stores a new valid key under the next id. */
+  create(input: NewKeyInput, options: ChangeOptions): Promise<KeyRecord>;
+  /** Revokes a key; revoking a revoked key changes nothing. */
+  revoke(id: number, options: RevokeOptions): Promise<RevokeResult>;
+  /** Revokes a key and stores its replacement, same name and e-mail, in one step. */
+  rotate(
+    id: number,
+    replacement: Pick<NewKeyInput, "hash" | "hint">,
+    options: ChangeOptions,
+  ): Promise<RotateResult>;
+  /** The audit log, oldest first, streamed. */
+  audit(options?: { keyId?: number }): AsyncIterable<AuditEntry>;
+  /**
+   * The sequence number of the last change. Any change to any record moves
+   * it, so a cache that saw revision R is current while the store is still at R.
+   */
+  revision(): Promise<bigint>;
+  /**
+   * `findByHash()` together with the revision the record was read at, in one
+   * consistent read: the pair a cache needs.
+   */
+  findByHashAt(
+    hash: string,
+  ): Promise<{ record: KeyRecord | null; revision: bigint }>;
+  /**
+   * Marks a key as exposed in a URL; only the first exposure is recorded (and
+   * audited). Returns true when this call marked it. The key stays valid.
+   */
+  markExposed(id: number, options: ExposeOptions): Promise<boolean>;
+  /** Records when keys were last used. Best effort: no audit line, no revision. */
+  recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
+  /** Every key record (hashes, never keys) and audit line, for a backup. */
+  exportAll(): AsyncIterable<ExportItem>;
+  /**
+   * Restores an export into an empty store, then audits the import. Refuses
+   * a store that is not empty, and leaves nothing half-written on failure.
+   */
+  importAll(
+    items: AsyncIterable<ExportItem>,
+    options: ChangeOptions,
+  ): Promise<{ keys: number; audit: number }>;
+  /**
+   * Every key, valid and revoked, with an id above `afterId`, in id order and
+   * streamed in batches: what an in-memory index of the keys is built from.
+   * Yields nothing while an import is unfinished, as no key authenticates then.
+   */
+  keyHashes(options?: { afterId?: number }): AsyncIterable<{
+    id: number;
+    hash: string;
+  }>;
+  /**
+   * The revision at which the set of keys was last replaced wholesale (an
+   * import began, completed, failed or was aborted); 0n if never. An index
+   * built at revision R must rebuild from scratch once this exceeds R, as
+   * ids may then have been reused.
+   */
+  importRevision(): Promise<bigint>;
+  /**
+   * Ends an import that is unfinished (interrupted, or still running in
+   * another process, which then fails): empties the store as it was before
+   * the import. Returns false when no import was unfinished.
+   */
+  abortImport(options: ChangeOptions): Promise<boolean>;
+  /** Releases the store. */
+  close(): Promise<void>;
+}
