@@ -9,8 +9,8 @@ import {
   taskArgs,
   tempDir,
 } from "./_helpers.ts";
-import { relativeTime, stripAnsi } from "../lib/_console_format.ts";
-import { type Column, fitColumns, rowLine } from "../lib/_table.ts";
+import { relativeTime, stripAnsi } from "../lib/console/_format.ts";
+import { type Column, fitColumns, rowLine } from "../lib/console/_table.ts";
 
 const COMMANDS = [
   "create",

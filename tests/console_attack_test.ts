@@ -9,7 +9,7 @@ import {
   escapeControlCharacters,
   hasControlCharacters,
 } from "../lib/_control_characters.ts";
-import { rowLine } from "../lib/_table.ts";
+import { rowLine } from "../lib/console/_table.ts";
 import {
   ACTOR_MAX,
   type KeyRecord,

@@ -5,13 +5,13 @@
  * never from the data.
  *
  * Every cell is shown with control and bidirectional characters escaped
- * (see `_control_characters.ts`): a table shows stored fields, and a stored
+ * (see `../_control_characters.ts`): a table shows stored fields, and a stored
  * field must not move the cursor, recolour the screen or reorder a line.
  *
  * @module
  */
 
-import { escapeControlCharacters } from "./_control_characters.ts";
+import { escapeControlCharacters } from "../_control_characters.ts";
 
 /** One column: heading, width, and how to take the cell from a row. */
 export interface Column<T> {
