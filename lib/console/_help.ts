@@ -25,7 +25,11 @@ export function mainHelp(commands: Readonly<Record<string, Command>>): string {
     "At a terminal, revoke and rotate ask first (--yes skips the question) and",
     "listings are coloured; set NO_COLOR to turn colour off. Scripts, whose",
     "stdin and stdout are not terminals, are neither asked nor coloured.",
-    "The store is DENO_KV_PATH (default ./data/keys.db).",
+    // Every variable the keys task may read is named here; a test holds this
+    // to the task's --allow-env.
+    "The store is PostgreSQL when DATABASE_URL is set (its driver reads PGAPPNAME),",
+    "else Deno KV at DENO_KV_PATH (default ./data/keys.db).",
+    "The audit log records who acted as USER (or LOGNAME) and the host name.",
   ].join("\n");
 }
 
