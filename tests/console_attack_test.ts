@@ -19,7 +19,8 @@ import {
   openStore,
   REASON_MAX,
 } from "../lib/store.ts";
-import { CHECK_ENV, formatFirstLine } from "../check.ts";
+import { CHECK_ENV } from "../lib/check/config.ts";
+import { formatFirstLine } from "../lib/check/format.ts";
 import {
   check,
   createKey,
