@@ -9,7 +9,7 @@ import { fstatSync } from "node:fs";
 import { CommandError } from "./errors.ts";
 
 /** What `create` and `rotate` say on stderr once the key is out. */
-export const STORE_WARNING = [
+export const STORE_WARNING: string = [
   "This key is shown once and cannot be recovered: only its hash is stored.",
   "Give it to the integrator now, to keep in a secrets manager, an environment variable or an encrypted configuration file;",
   "never in source control, a URL or a log line. If it is lost, rotate it.",
