@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { validateResponse } from "../lib/openapi_validator.ts";
+import { validateResponse } from "./_openapi_validator.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const DENO_JSON = JSON.parse(

@@ -9,8 +9,9 @@ import {
   taskArgs,
   tempDir,
 } from "./_helpers.ts";
-import { relativeTime, stripAnsi } from "../lib/_console_format.ts";
-import { type Column, fitColumns, rowLine } from "../lib/_table.ts";
+import { relativeTime, stripAnsi } from "../lib/console/_format.ts";
+import { type Column, fitColumns, rowLine } from "../lib/console/_table.ts";
+import { COMMANDS as REGISTRY } from "../lib/console/commands.ts";
 
 const COMMANDS = [
   "create",
@@ -44,6 +45,31 @@ Deno.test("--help on the console and on every command prints usage and exits 0",
     assert.equal(result.code, 0, command);
     assert.match(result.stdout, new RegExp(`Usage: deno task keys ${command}`));
     assert.match(result.stdout, /--json/);
+  }
+});
+
+Deno.test("keys --help lists every command of the registry and names every variable the keys task may read", async () => {
+  using dir = tempDir();
+  const result = await keys(dir.path, ["--help"]);
+  assert.equal(result.code, 0);
+  for (const [name, command] of Object.entries(REGISTRY)) {
+    assert.ok(
+      result.stdout.includes(`\n  ${command.usage} `),
+      `keys --help leaves out ${name}`,
+    );
+  }
+  const allowEnv = taskArgs("keys").find((arg) =>
+    arg.startsWith("--allow-env=")
+  );
+  assert.ok(allowEnv, "the keys task names the variables it may read");
+  const variables = allowEnv.slice("--allow-env=".length).split(",");
+  assert.ok(variables.includes("DATABASE_URL"));
+  for (const variable of variables) {
+    assert.match(
+      result.stdout,
+      new RegExp(`\\b${variable}\\b`),
+      `keys --help does not name ${variable}`,
+    );
   }
 });
 

@@ -7,13 +7,10 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey, KEY_PATTERN } from "../lib/api_key.ts";
-import {
-  CHECK_ENV,
-  type CheckOutcome,
-  formatFirstLine,
-  parseConnectionStatus,
-  readCheckConfig,
-} from "../check.ts";
+import { CHECK_ENV, readCheckConfig } from "../lib/check/config.ts";
+import { formatFirstLine } from "../lib/check/format.ts";
+import { parseConnectionStatus } from "../lib/check/judge.ts";
+import type { CheckOutcome } from "../lib/check/outcome.ts";
 import {
   createKey,
   keys,

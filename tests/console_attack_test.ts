@@ -9,7 +9,7 @@ import {
   escapeControlCharacters,
   hasControlCharacters,
 } from "../lib/_control_characters.ts";
-import { rowLine } from "../lib/_table.ts";
+import { rowLine } from "../lib/console/_table.ts";
 import { openStore } from "../lib/store/open.ts";
 import {
   ACTOR_MAX,
@@ -19,7 +19,8 @@ import {
   REASON_MAX,
 } from "../lib/store/records.ts";
 import type { KeyRecord } from "../lib/store/types.ts";
-import { CHECK_ENV, formatFirstLine } from "../check.ts";
+import { CHECK_ENV } from "../lib/check/config.ts";
+import { formatFirstLine } from "../lib/check/format.ts";
 import {
   check,
   createKey,

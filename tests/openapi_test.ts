@@ -1,6 +1,6 @@
 /**
  * openapi.json: linted by Redocly's CLI, and held against the real server's
- * answers through lib/openapi_validator.ts, which must also refuse answers
+ * answers through tests/_openapi_validator.ts, which must also refuse answers
  * that break it.
  */
 
@@ -11,7 +11,7 @@ import {
   type ReceivedResponse,
   responseProblems,
   validateResponse,
-} from "../lib/openapi_validator.ts";
+} from "./_openapi_validator.ts";
 import { createKey, startServer, tempDir } from "./_helpers.ts";
 
 const ROOT = new URL("../", import.meta.url);

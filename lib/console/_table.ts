@@ -5,17 +5,19 @@
  * never from the data.
  *
  * Every cell is shown with control and bidirectional characters escaped
- * (see `_control_characters.ts`): a table shows stored fields, and a stored
+ * (see `../_control_characters.ts`): a table shows stored fields, and a stored
  * field must not move the cursor, recolour the screen or reorder a line.
  *
  * @module
  */
 
-import { escapeControlCharacters } from "./_control_characters.ts";
+import { escapeControlCharacters } from "../_control_characters.ts";
 
 /** One column: heading, width, and how to take the cell from a row. */
 export interface Column<T> {
+  /** The heading, also the name the colouring and the fitting go by. */
   heading: string;
+  /** Characters the column takes, its widest cell cut with an ellipsis. */
   width: number;
   /** How narrow a terminal may squeeze the column; `width` when unset. */
   min?: number;
@@ -24,6 +26,7 @@ export interface Column<T> {
    * rank are left out, lowest rank first; columns without one always stay.
    */
   dropRank?: number;
+  /** The cell's text for a row, before it is escaped and cut. */
   cell: (row: T) => string;
 }
 
@@ -55,7 +58,9 @@ export function rowLine<T>(
 
 /** What {@linkcode fitColumns} kept, and the headings it left out. */
 export interface FittedColumns<T> {
+  /** The columns kept, with the widths they fit in. */
   columns: Column<T>[];
+  /** The headings of the columns left out. */
   dropped: string[];
 }
 

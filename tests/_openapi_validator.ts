@@ -1,7 +1,8 @@
 /**
  * Validates real responses against `openapi.json`, so that the document and
  * the handler cannot drift apart unnoticed: tests pass every response they
- * receive through {@linkcode validateResponse}.
+ * receive through {@linkcode validateResponse}. It lives with the tests
+ * because only they use it: nothing under lib/ ships a validator.
  *
  * Schemas are checked by Ajv's JSON Schema 2020-12 validator, the dialect of
  * OpenAPI 3.1; the OpenAPI objects around them (paths, responses, headers,

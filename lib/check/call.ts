@@ -1,0 +1,166 @@
+/**
+ * The HTTP call: one GET of the connection route with the key in its header,
+ * timed for the clock offset, and every network failure told apart.
+ *
+ * @module
+ */
+
+import { CHECK_ENV, type CheckConfig } from "./config.ts";
+import { judgeFailure, judgeStatus } from "./judge.ts";
+import { blankOutcome, type CheckOutcome, state } from "./outcome.ts";
+
+// The connection status is a few hundred bytes; a page this big is not it.
+const MAX_BODY_BYTES = 64 * 1024;
+
+/** Options of {@linkcode runCheck}. */
+export interface RunCheckOptions {
+  /** Replaces the global fetch; tests use it. */
+  fetch?: typeof fetch;
+  /** This machine's clock in milliseconds since the epoch; tests pin it. */
+  now?: () => number;
+}
+
+/** Calls the route once and judges the answer. Never throws for network trouble. */
+export async function runCheck(
+  config: CheckConfig,
+  options: RunCheckOptions = {},
+): Promise<CheckOutcome> {
+  const doFetch = options.fetch ?? fetch;
+  const now = options.now ?? Date.now;
+  const base = blankOutcome(config);
+  const signal = AbortSignal.timeout(config.timeoutSeconds * 1000);
+  const sentAt = now();
+  const started = performance.now();
+  let response: Response;
+  let body: string;
+  let roundTripMs: number;
+  try {
+    response = await doFetch(config.url, {
+      headers: {
+        "X-API-Key": config.apiKey,
+        "Accept": "application/json",
+        "User-Agent": "integration-connection-check",
+      },
+      // A followed redirect would hand the X-API-Key header to wherever the
+      // Location points, another host included: stop and report instead.
+      redirect: "manual",
+      signal,
+    });
+    // The server stamps serverUtc just before its headers leave; the body
+    // adds transfer time that is not part of the round trip.
+    roundTripMs = performance.now() - started;
+    body = await readLimited(response, MAX_BODY_BYTES);
+  } catch (error) {
+    return { ...base, ...networkFailure(error, config) };
+  }
+  const answered: CheckOutcome = {
+    ...base,
+    reachable: true,
+    httpStatus: response.status,
+    roundTripSeconds: roundTripMs / 1000,
+  };
+  if (response.status === 200) {
+    return judgeStatus(answered, body, {
+      localMidpointMs: sentAt + roundTripMs / 2,
+      maxOffsetSeconds: config.maxOffsetSeconds,
+    });
+  }
+  return { ...answered, ...judgeFailure(response, body) };
+}
+
+async function readLimited(response: Response, limit: number): Promise<string> {
+  if (response.body === null) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of response.body) {
+    chunks.push(chunk);
+    size += chunk.length;
+    if (size > limit) break;
+  }
+  const all = new Uint8Array(Math.min(size, limit));
+  let offset = 0;
+  for (const chunk of chunks) {
+    const part = chunk.subarray(0, all.length - offset);
+    all.set(part, offset);
+    offset += part.length;
+  }
+  return new TextDecoder().decode(all);
+}
+
+function networkFailure(
+  error: unknown,
+  config: CheckConfig,
+): Partial<CheckOutcome> {
+  const where = config.url.host;
+  if (error instanceof DOMException && error.name === "TimeoutError") {
+    return {
+      ...state("CRITICAL"),
+      reachable: false,
+      summary: `no answer from ${where} within ${config.timeoutSeconds} s`,
+      advice:
+        `check that the service is up and that nothing between here and ${where} drops the connection; raise ${CHECK_ENV.timeout} if the link is slow`,
+    };
+  }
+  if (error instanceof Deno.errors.NotCapable) {
+    return {
+      ...state("UNKNOWN"),
+      summary: `network access was refused by Deno: ${error.message}`,
+      advice: "run the check with deno task check, which grants --allow-net",
+    };
+  }
+  const detail = causeText(error);
+  if (
+    /certificate|tls|ssl|handshake|corrupt message|unknownissuer/i.test(detail)
+  ) {
+    return {
+      ...state("CRITICAL"),
+      reachable: false,
+      summary: `TLS failure with ${where}: ${detail}`,
+      advice:
+        "check the server's certificate (issuer, expiry, host name) and that the address uses https:// only where the service speaks TLS",
+    };
+  }
+  if (/dns error|failed to lookup|name or service not known/i.test(detail)) {
+    return {
+      ...state("CRITICAL"),
+      reachable: false,
+      summary: `cannot resolve ${config.url.hostname}`,
+      advice:
+        `check the host name in ${CHECK_ENV.baseUrl} and this machine's DNS`,
+    };
+  }
+  if (/connection refused/i.test(detail)) {
+    return {
+      ...state("CRITICAL"),
+      reachable: false,
+      summary: `connection refused by ${where}`,
+      advice:
+        `check that the service is running and the port in ${CHECK_ENV.baseUrl}`,
+    };
+  }
+  return {
+    ...state("CRITICAL"),
+    reachable: false,
+    summary: `cannot reach ${where}: ${detail}`,
+    advice: `check ${CHECK_ENV.baseUrl} and the network path to the service`,
+  };
+}
+
+/** The innermost useful message of a fetch error, without the URL Deno prefixes. */
+function causeText(error: unknown): string {
+  let text = error instanceof Error ? error.message : String(error);
+  if (error instanceof Error && error.cause instanceof Error) {
+    text = error.cause.message;
+  }
+  return clean(
+    text.replace(/^error sending request for url \([^)]*\):\s*/i, ""),
+    200,
+  );
+}
+
+/** Text from the network, made safe for a terminal and a one-line alert. */
+function clean(text: string, max: number): string {
+  // deno-lint-ignore no-control-regex
+  const flat = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, " ").trim();
+  return flat.length > max ? flat.slice(0, max - 1) + "…" : flat;
+}

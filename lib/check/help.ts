@@ -1,0 +1,43 @@
+/**
+ * `deno task check --help`.
+ *
+ * @module
+ */
+
+import {
+  CHECK_ENV,
+  CONNECTION_ROUTE,
+  DEFAULT_MAX_OFFSET_SECONDS,
+  DEFAULT_TIMEOUT_SECONDS,
+  MAX_TIMEOUT_SECONDS,
+} from "./config.ts";
+
+/** The help text, ending in a newline. */
+export const CHECK_HELP = `Usage: deno task check [--json]
+
+Checks the integration service the way an integrator's monitoring would: calls
+GET ${CONNECTION_ROUTE} with your API key and reports whether the service is
+reachable, which key and e-mail answered, and the offset between the server's
+clock and this machine's (corrected by half the round trip).
+
+Configuration comes from environment variables only, never from arguments:
+arguments end up in shell history and in process lists that other users of
+the machine can read, and the key is a credential.
+
+  ${CHECK_ENV.baseUrl}      the installation's address, such as
+                            https://integration.example.net (without /api/v1)
+  ${CHECK_ENV.apiKey}       your key, from your secrets store
+  ${CHECK_ENV.maxOffset}  warn above this clock offset (default ${DEFAULT_MAX_OFFSET_SECONDS})
+  ${CHECK_ENV.timeout}     give up after this long (default ${DEFAULT_TIMEOUT_SECONDS}, at most ${MAX_TIMEOUT_SECONDS})
+  ${CHECK_ENV.allowPlainHttp}    set to 1 to allow http:// to another machine,
+                            which sends the key unencrypted
+
+Options:
+  --json   print one JSON object instead of the monitoring-plugin text
+  --help   print this help
+
+Exit codes: 0 OK, 1 WARNING (clock offset above the threshold), 2 CRITICAL
+(key refused, rate limited, service unavailable, unreachable, TLS failure,
+timeout, other status), 3 UNKNOWN (configuration problem, unexpected answer).
+The key is never printed.
+`;

@@ -1,0 +1,211 @@
+/**
+ * Judging an answer: a 200 by the connection status it carries and the clock
+ * offset it shows, any other status by what it means for the integrator.
+ *
+ * @module
+ */
+
+import { CHECK_ENV } from "./config.ts";
+import { type CheckOutcome, state } from "./outcome.ts";
+import { milliseconds, plain, signed } from "./_units.ts";
+
+/**
+ * A 200's body: OK, a WARNING when the clock offset (against the midpoint of
+ * the request on this machine's clock) is above the threshold, or UNKNOWN
+ * when the body is not a connection status.
+ */
+export function judgeStatus(
+  answered: CheckOutcome,
+  body: string,
+  clock: { localMidpointMs: number; maxOffsetSeconds: number },
+): CheckOutcome {
+  const status = parseConnectionStatus(body);
+  if (typeof status === "string") {
+    return {
+      ...answered,
+      ...state("UNKNOWN"),
+      summary: `HTTP 200 with an unexpected body: ${status}`,
+      advice:
+        `check that ${CHECK_ENV.baseUrl} points at the integration service and not at a proxy or login page`,
+    };
+  }
+  const offset = (Date.parse(status.serverUtc) - clock.localMidpointMs) / 1000;
+  const who = `key ${status.apiKeyId} (${status.email})`;
+  const found = {
+    ...answered,
+    apiKeyId: status.apiKeyId,
+    email: status.email,
+    serverUtc: status.serverUtc,
+    clockOffsetSeconds: offset,
+  };
+  const rtt = `round trip ${milliseconds(answered.roundTripSeconds!)}`;
+  if (Math.abs(offset) > clock.maxOffsetSeconds) {
+    return {
+      ...found,
+      ...state("WARNING"),
+      summary: `clock offset ${signed(offset)} s exceeds ${
+        plain(clock.maxOffsetSeconds)
+      } s, ${who}, ${rtt}`,
+      advice:
+        "synchronise this machine's clock (NTP); if it is right, tell the installation's administrator that the server's clock is off",
+    };
+  }
+  return {
+    ...found,
+    ...state("OK"),
+    summary: `${who}, clock offset ${signed(offset)} s, ${rtt}`,
+  };
+}
+
+/** The fields of a connection status that the check reports. */
+export interface ConnectionStatus {
+  /** The key that answered. */
+  apiKeyId: number;
+  /** The integrator's e-mail. */
+  email: string;
+  /** The server's clock, ISO 8601 UTC. */
+  serverUtc: string;
+}
+
+/**
+ * The fields the check relies on, or why the body is not a connection status.
+ * Fields added in later versions are ignored, so the check keeps working.
+ */
+export function parseConnectionStatus(body: string): ConnectionStatus | string {
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch {
+    return body.trim() === "" ? "it is empty" : "it is not JSON";
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    return "it is not a JSON object";
+  }
+  const fields = value as Record<string, unknown>;
+  if (fields.connected !== true) return "connected is not true";
+  if (fields.authenticatedByApiKey !== true) {
+    return "authenticatedByApiKey is not true";
+  }
+  const { apiKeyId, email, serverUtc } = fields;
+  if (
+    typeof apiKeyId !== "number" || !Number.isSafeInteger(apiKeyId) ||
+    apiKeyId < 1
+  ) {
+    return "apiKeyId is not a whole number of at least 1";
+  }
+  if (
+    typeof email !== "string" || email.length > 254 ||
+    // deno-lint-ignore no-control-regex
+    !/^[^\s@\u0000-\u001f\u007f]+@[^\s@\u0000-\u001f\u007f]+$/.test(email)
+  ) {
+    return "email is not an e-mail address";
+  }
+  if (
+    typeof serverUtc !== "string" ||
+    !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/.test(serverUtc) ||
+    !Number.isFinite(Date.parse(serverUtc))
+  ) {
+    return "serverUtc is not an ISO 8601 UTC time ending in Z";
+  }
+  return { apiKeyId, email, serverUtc };
+}
+
+/** Any answer but a 200: what it means, and what to do about it. */
+export function judgeFailure(
+  response: Response,
+  body: string,
+): Partial<CheckOutcome> {
+  const status = response.status;
+  const code = errorCode(body);
+  const label = `HTTP ${status}${code === null ? "" : ` ${code}`}`;
+  const retryAfter = retryAfterSeconds(response.headers.get("retry-after"));
+  const wait = retryAfter === null ? "later" : `after ${retryAfter} s`;
+  if (status === 401) {
+    return {
+      ...state("CRITICAL"),
+      summary: `key refused (${label}): it is revoked or invalid`,
+      advice:
+        `do not retry in a loop, that leads to lock-out; check that ${CHECK_ENV.apiKey} holds the whole key, otherwise ask the installation's administrator to revoke it and generate a replacement`,
+    };
+  }
+  if (status === 429) {
+    return {
+      ...state("CRITICAL"),
+      retryAfterSeconds: retryAfter,
+      summary: `rate limited (${label}), retry ${wait}`,
+      advice:
+        "wait for Retry-After before the next call; if 401 answers came first, fix or replace the key, or the lock-out starts again",
+    };
+  }
+  if (status === 503) {
+    return {
+      ...state("CRITICAL"),
+      retryAfterSeconds: retryAfter,
+      summary: `service unavailable (${label}), retry ${wait}`,
+      advice:
+        "the service cannot check keys right now; your key is not in question, keep it and retry later",
+    };
+  }
+  if (status >= 300 && status < 400) {
+    const location = response.headers.get("location");
+    const target = location !== null && URL.canParse(location, response.url)
+      ? safeUrl(new URL(location, response.url))
+      : "an unknown address";
+    return {
+      ...state("CRITICAL"),
+      summary: `redirected (${label}) to ${target}; not followed`,
+      advice:
+        `set ${CHECK_ENV.baseUrl} to the final address; redirects are not followed so that the key is never sent to another address`,
+    };
+  }
+  if (status === 400 && code === "key_in_url") {
+    return {
+      ...state("CRITICAL"),
+      summary: `the service saw a credential in the URL (${label})`,
+      advice:
+        `remove it from ${CHECK_ENV.baseUrl}, and have a key that was in a URL replaced`,
+    };
+  }
+  if (status === 404) {
+    return {
+      ...state("CRITICAL"),
+      summary: `no connection route at this address (${label})`,
+      advice:
+        `check ${CHECK_ENV.baseUrl}: scheme, host, port and any path prefix, without /api/v1`,
+    };
+  }
+  return {
+    ...state("CRITICAL"),
+    summary: `unexpected ${label}`,
+    advice:
+      "look at the service's logs, or ask the installation's administrator",
+  };
+}
+
+/** The machine-readable `error` of an error body, when it looks like one. */
+function errorCode(body: string): string | null {
+  try {
+    const value = JSON.parse(body);
+    const code = value?.error;
+    return typeof code === "string" && /^[a-z][a-z0-9_]{0,63}$/.test(code)
+      ? code
+      : null;
+  } catch {
+    return null;
+  }
+}
+
+function retryAfterSeconds(header: string | null): number | null {
+  if (header === null) return null;
+  const text = header.trim();
+  if (/^\d+$/.test(text)) return Number(text);
+  const date = Date.parse(text);
+  return Number.isFinite(date)
+    ? Math.max(0, Math.ceil((date - Date.now()) / 1000))
+    : null;
+}
+
+/** A URL safe to print: no user information, query or fragment. */
+function safeUrl(url: URL): string {
+  return url.origin + url.pathname;
+}

@@ -1,0 +1,49 @@
+/**
+ * What a command runs with, taken from the process once per invocation:
+ * who is acting, the time, and what kind of terminal (if any) is attached.
+ *
+ * @module
+ */
+
+import { processEnv } from "../config.ts";
+import { normalizeActor } from "../store/records.ts";
+import type { KeyStore } from "../store/types.ts";
+import type { Context } from "./command.ts";
+import { terminalColumns, wantsColour } from "./_format.ts";
+import type { Output } from "./_output.ts";
+import type { ParsedCommand } from "./_parse.ts";
+
+/** The context of one command run against `store`, writing to `options.out`. */
+export function commandContext(
+  store: KeyStore,
+  parsed: ParsedCommand,
+  options: { out: Output },
+): Context {
+  return {
+    store,
+    values: parsed.values,
+    positionals: parsed.positionals,
+    json: parsed.values.json === true,
+    out: options.out,
+    actor: actor(),
+    now: Date.now(),
+    colour: wantsColour(Deno.stdout, { env: processEnv }),
+    columns: terminalColumns(),
+    interactive: Deno.stdin.isTerminal(),
+  };
+}
+
+/** The OS user and host, made safe and bounded for the audit log. */
+function actor(): string {
+  let user = processEnv("USER") ?? processEnv("LOGNAME");
+  let host = "unknown";
+  try {
+    // Containers often set no USER; the uid still says who it was.
+    user ??= `uid ${Deno.uid()}`;
+    host = Deno.hostname();
+  } catch {
+    // Without --allow-sys the audit still records what it could.
+  }
+  user ??= "unknown";
+  return normalizeActor(`${user}@${host}`);
+}

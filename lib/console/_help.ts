@@ -1,0 +1,56 @@
+/**
+ * The console's help texts, generated from the command table so that they
+ * cannot leave out a command or an option.
+ *
+ * @module
+ */
+
+import { type Command, JSON_OPTION, type OptionSpec } from "./command.ts";
+
+/** `keys --help`: every command of `commands` with its summary, then the common rules. */
+export function mainHelp(commands: Readonly<Record<string, Command>>): string {
+  const all = Object.values(commands);
+  const width = Math.max(...all.map((c) => c.usage.length));
+  return [
+    "Manage the API keys of the integration service.",
+    "",
+    "Usage: deno task keys <command> [options]",
+    "",
+    "Commands:",
+    ...all.map((c) => `  ${c.usage.padEnd(width)}  ${c.summary}`),
+    "",
+    "KEY is a key id or the name of a valid key.",
+    "FILE must be under ./data, the only folder the keys task may read and write.",
+    "Every command takes --json (one JSON value on stdout) and --help.",
+    "At a terminal, revoke and rotate ask first (--yes skips the question) and",
+    "listings are coloured; set NO_COLOR to turn colour off. Scripts, whose",
+    "stdin and stdout are not terminals, are neither asked nor coloured.",
+    // Every variable the keys task may read is named here; a test holds this
+    // to the task's --allow-env.
+    "The store is PostgreSQL when DATABASE_URL is set (its driver reads PGAPPNAME),",
+    "else Deno KV at DENO_KV_PATH (default ./data/keys.db).",
+    "The audit log records who acted as USER (or LOGNAME) and the host name.",
+  ].join("\n");
+}
+
+/** `keys COMMAND --help`: summary, usage, every option, then the command's notes. */
+export function commandHelp(command: Command): string {
+  const options: Record<string, OptionSpec> = {
+    ...command.options,
+    json: JSON_OPTION,
+  };
+  return [
+    `${command.summary[0].toUpperCase()}${command.summary.slice(1)}.`,
+    "",
+    `Usage: deno task keys ${command.usage} [--json]`,
+    "",
+    "Options:",
+    ...Object.entries(options).map(([option, spec]) =>
+      `  --${
+        (option + (spec.type === "string" ? " VALUE" : "")).padEnd(14)
+      }${spec.help}`
+    ),
+    "  --help          show this help",
+    ...(command.notes ?? []),
+  ].join("\n");
+}

@@ -1,0 +1,83 @@
+/**
+ * What the console writes: buffered stdout for listings, messages on stderr,
+ * and the escaping that keeps stored text from acting on a terminal.
+ *
+ * @module
+ */
+
+import { escapeControlCharacters } from "../_control_characters.ts";
+import { writeAllSync } from "../_write_all.ts";
+
+/** Buffered stdout, so that a listing of 100 000 keys is not 100 000 writes. */
+export class Output {
+  #chunks: string[] = [];
+  #size = 0;
+  #encoder = new TextEncoder();
+  #closed = false;
+
+  /** Queues text, writing out once 64 KiB are pending. */
+  write(text: string): void {
+    this.#chunks.push(text);
+    this.#size += text.length;
+    if (this.#size > 64 * 1024) this.flush();
+  }
+
+  /** Queues text and a newline. */
+  line(text: string): void {
+    this.write(text + "\n");
+  }
+
+  /**
+   * Writes text now, with whatever is pending, and throws when stdout does
+   * not take all of it: for a key, whose loss must not pass unnoticed.
+   */
+  deliver(text: string): void {
+    const bytes = this.#encoder.encode(this.#chunks.join("") + text);
+    this.#chunks = [];
+    this.#size = 0;
+    if (this.#closed) throw new Deno.errors.BrokenPipe("stdout is closed");
+    writeAllSync(Deno.stdout, bytes);
+  }
+
+  /** Writes out what is pending; a reader that went away ends the output quietly. */
+  flush(): void {
+    const bytes = this.#encoder.encode(this.#chunks.join(""));
+    this.#chunks = [];
+    this.#size = 0;
+    if (this.#closed) return;
+    try {
+      writeAllSync(Deno.stdout, bytes);
+    } catch (error) {
+      // The reader went away (`keys list | head`): it wants no more, which
+      // is no failure of the command.
+      if (!(error instanceof Deno.errors.BrokenPipe)) throw error;
+      this.#closed = true;
+    }
+  }
+}
+
+/**
+ * A stored field as the console shows it: control and bidirectional
+ * characters, newlines included, as visible `\uXXXX` escapes.
+ */
+export function visible(text: string): string {
+  return escapeControlCharacters(text);
+}
+
+/** JSON for stdout: exact JSON still, with nothing a terminal would act on. */
+export function jsonText(value: unknown): string {
+  return escapeControlCharacters(JSON.stringify(value));
+}
+
+/**
+ * A message on stderr. Every line passes the same filter as stored fields,
+ * so that a name quoted by a store error cannot steer the terminal either.
+ */
+export function report(text: string): void {
+  console.error(safeLines(text));
+}
+
+/** Text of several lines with each line escaped, its newlines kept. */
+export function safeLines(text: string): string {
+  return text.split("\n").map(escapeControlCharacters).join("\n");
+}

@@ -1,0 +1,78 @@
+/**
+ * One key record in the console: found by id or name, named in messages,
+ * and shown field by field with the colours of its state.
+ *
+ * @module
+ */
+
+import { KeyNotFoundError } from "../store/errors.ts";
+import { publicRecord } from "../store/records.ts";
+import type { KeyRecord, KeyStore } from "../store/types.ts";
+import type { Context } from "./command.ts";
+import { paint, relativeTime, type Tone } from "./_format.ts";
+import { jsonText, visible } from "./_output.ts";
+
+/** A key by id (all digits) or by name (valid keys only). */
+export async function resolve(
+  store: KeyStore,
+  ref: string,
+): Promise<KeyRecord> {
+  const record = /^\d+$/.test(ref)
+    ? await store.get(Number(ref))
+    : await store.getByName(ref);
+  if (record === null) {
+    throw new KeyNotFoundError(/^\d+$/.test(ref) ? Number(ref) : ref);
+  }
+  return record;
+}
+
+const TIME_FIELDS = new Set([
+  "createdAt",
+  "revokedAt",
+  "exposedAt",
+  "lastUsedAt",
+]);
+
+/** A record on stdout: one JSON object, or one field a line with times also relative. */
+export function printRecord(ctx: Context, record: KeyRecord): void {
+  if (ctx.json) {
+    ctx.out.line(jsonText(publicRecord(record)));
+    return;
+  }
+  for (const [field, value] of Object.entries(publicRecord(record))) {
+    let text = value === null ? "" : visible(String(value));
+    if (field === "lastUsedAt" && value === null) text = "never";
+    else if (TIME_FIELDS.has(field) && typeof value === "string") {
+      text = `${value} (${relativeTime(value, { now: ctx.now })})`;
+    }
+    const tone = ctx.colour ? recordTone(record, field) : undefined;
+    // Only the status and the exposure are coloured here: a dim page is hard to read.
+    const shown = tone === "dim" ? text : tinted(text, tone);
+    ctx.out.line(`${field.padEnd(14)}${shown}`.trimEnd());
+  }
+}
+
+/** Revoked keys recede; a key seen in a URL stands out, as it should be rotated. */
+export function recordTone(record: KeyRecord, field: string): Tone | undefined {
+  const status = field === "STATUS" || field === "status";
+  if (record.status === "revoked") return status ? "red" : "dim";
+  const exposed = field === "EXPOSED IN A URL" || field === "exposedAt" ||
+    field === "exposedFrom";
+  if (record.exposedAt !== null && (status || exposed)) return "yellow";
+  return undefined;
+}
+
+/** Text in a tone, or as it is when there is none. */
+export function tinted(text: string, tone: Tone | undefined): string {
+  return tone === undefined ? text : paint(text, tone);
+}
+
+/** A key as a question names it: id, name and e-mail. */
+export function describe(record: KeyRecord): string {
+  return `${named(record)} (${visible(record.email)})`;
+}
+
+/** A key as messages name it: its id and its name, quoted and made harmless. */
+export function named(record: KeyRecord): string {
+  return `${record.id} "${visible(record.name)}"`;
+}

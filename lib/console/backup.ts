@@ -1,0 +1,88 @@
+/**
+ * `keys export` and `keys import`: the console's side of backup and restore;
+ * the file format and its checks are `lib/backup.ts`.
+ *
+ * @module
+ */
+
+import { counted, exportTo, importFrom } from "../backup.ts";
+import { type Command, FILE_ARGUMENT } from "./command.ts";
+import { UsageError } from "./errors.ts";
+
+/** The --help lines both commands share. */
+const FILE_NOTES = [
+  "",
+  "FILE must be under ./data: the keys task may read and write nowhere else.",
+  "The file holds every key record (hashes and e-mail addresses, never keys)",
+  "and the audit log, one JSON value a line: keep it as private as the store.",
+];
+
+/** `keys export FILE`. */
+export const exportCommand: Command = {
+  summary: "back up every key record and the audit log to a new FILE",
+  usage: "export FILE",
+  options: {},
+  positionals: [1, 1, FILE_ARGUMENT],
+  notes: [
+    ...FILE_NOTES,
+    "An existing FILE is never overwritten, and the file appears under its",
+    'name only once complete. Restore it with "keys import FILE".',
+  ],
+  async run({ store, positionals, json, out, actor }) {
+    const summary = await exportTo(store, positionals[0], { actor });
+    if (json) out.line(JSON.stringify(summary));
+    console.error(
+      `Exported ${counted(summary)} to ${summary.file}. ` +
+        "It holds hashes and e-mail addresses, not keys: keep it as private as the store.",
+    );
+  },
+};
+
+/** `keys import FILE` and `keys import --abort`. */
+export const importCommand: Command = {
+  summary: "restore a FILE written by export into an empty store",
+  usage: "import FILE | import --abort",
+  options: {
+    abort: {
+      type: "boolean",
+      help: "end an interrupted import, emptying the store again",
+    },
+  },
+  positionals: [0, 1, FILE_ARGUMENT],
+  notes: [
+    ...FILE_NOTES,
+    "The store must be empty (a new DENO_KV_PATH); a failed import leaves it",
+    "empty again. Restored keys work at once: the file holds their hashes,",
+    "and no key of the file works before the whole file is in. Only one",
+    "import runs at a time. If an import was killed, no key works and every",
+    'change is refused until "keys import --abort" empties the store again.',
+  ],
+  async run({ store, values, positionals, json, out, actor }) {
+    if (values.abort === true) {
+      if (positionals.length > 0) {
+        throw new UsageError(
+          'import --abort takes no FILE; run "keys import FILE" afterwards',
+        );
+      }
+      const aborted = await store.abortImport({ actor });
+      if (json) out.line(JSON.stringify({ aborted }));
+      console.error(
+        aborted
+          ? 'Aborted the unfinished import; the store is empty again. Run "keys import FILE" to import again'
+          : "No import was unfinished; nothing changed",
+      );
+      return;
+    }
+    if (positionals.length === 0) {
+      throw new UsageError(
+        `import needs ${FILE_ARGUMENT}; see "keys import --help"`,
+      );
+    }
+    const summary = await importFrom(store, positionals[0], { actor });
+    if (json) out.line(JSON.stringify(summary));
+    console.error(
+      `Imported ${counted(summary)} from ${summary.file}` +
+        (summary.exportedAt ? `, exported at ${summary.exportedAt}` : ""),
+    );
+  },
+};

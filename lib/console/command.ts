@@ -1,0 +1,82 @@
+/**
+ * What a console command is: its help, its options and arguments, and the
+ * function that runs it with everything it may use.
+ *
+ * @module
+ */
+
+import type { KeyStore } from "../store/types.ts";
+import type { Output } from "./_output.ts";
+
+/** One option of a command, as parsed and as its help shows it. */
+export interface OptionSpec {
+  /** A string takes a VALUE; a boolean is a switch. */
+  type: "string" | "boolean";
+  /** The option's line in the command's --help. */
+  help: string;
+}
+
+/** A command of the console; the registry in `commands.ts` lists them all. */
+export interface Command {
+  /** One line, for `keys --help` and the first line of the command's --help. */
+  summary: string;
+  /** The command line after `deno task keys`, without `--json`. */
+  usage: string;
+  /** The options besides `--json` and `--help`, which every command takes. */
+  options: Record<string, OptionSpec>;
+  /** How many positional arguments it takes, and what to call them in errors. */
+  positionals: [min: number, max: number, name?: string];
+  /** Lines the command's --help adds after the options. */
+  notes?: string[];
+  /** Does the work; throws a UsageError or a CommandError to fail. */
+  run(ctx: Context): Promise<void>;
+}
+
+/** Everything a command runs with; built once per invocation by admin.ts. */
+export interface Context {
+  /** The store the server reads too. */
+  store: KeyStore;
+  /** The parsed options, by name without the dashes. */
+  values: Record<string, string | boolean | undefined>;
+  /** The positional arguments, within the command's bounds. */
+  positionals: string[];
+  /** `--json` was given: stdout carries exactly one JSON value. */
+  json: boolean;
+  /** Buffered stdout. */
+  out: Output;
+  /** Who runs the command, as the audit log records it. */
+  actor: string;
+  /** One instant for the whole command, so every "3 days ago" agrees. */
+  now: number;
+  /** Colour stdout: it is a terminal and NO_COLOR is unset. */
+  colour: boolean;
+  /** The terminal's width when stdout is one; undefined for pipes and files. */
+  columns: number | undefined;
+  /** Someone can answer a question: stdin is a terminal. */
+  interactive: boolean;
+}
+
+/** The option every command takes. */
+export const JSON_OPTION: OptionSpec = {
+  type: "boolean",
+  help: "print exactly one JSON value on stdout",
+};
+
+/** The option of the commands that ask first. */
+export const YES_OPTION: OptionSpec = {
+  type: "boolean",
+  help: "do not ask for confirmation at a terminal",
+};
+
+/** The argument of the commands that take one key. */
+export const KEY_ARGUMENT = "KEY (an id or a name)";
+
+/** The argument of export and import. */
+export const FILE_ARGUMENT = "FILE (under ./data, such as ./data/backup.jsonl)";
+
+/** The --help lines of the commands that ask first. */
+export const CONFIRM_NOTES = [
+  "",
+  "At a terminal this asks for confirmation first; --yes skips the question.",
+  "When stdin is not a terminal (a script, a pipe) it does not ask.",
+];

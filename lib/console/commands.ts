@@ -1,0 +1,27 @@
+/**
+ * The console's commands, by the name typed after `deno task keys`, in the
+ * order `keys --help` lists them. A new command is a file and a line here.
+ *
+ * @module
+ */
+
+import type { Command } from "./command.ts";
+import { audit } from "./audit.ts";
+import { exportCommand, importCommand } from "./backup.ts";
+import { create } from "./create.ts";
+import { list } from "./list.ts";
+import { revoke } from "./revoke.ts";
+import { rotate } from "./rotate.ts";
+import { show } from "./show.ts";
+
+/** Every command of the console. */
+export const COMMANDS: Readonly<Record<string, Command>> = {
+  create,
+  list,
+  show,
+  revoke,
+  rotate,
+  audit,
+  export: exportCommand,
+  import: importCommand,
+};

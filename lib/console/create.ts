@@ -1,0 +1,100 @@
+/**
+ * `keys create`: a new key for an installation, printed once.
+ *
+ * @module
+ */
+
+import { generateApiKey } from "../api_key.ts";
+import {
+  normalizeEmail,
+  normalizeName,
+  publicRecord,
+} from "../store/records.ts";
+import type { KeyRecord, KeyStore } from "../store/types.ts";
+import type { Command } from "./command.ts";
+import {
+  refuseDiscardingStdout,
+  STORE_WARNING,
+  writeFailure,
+} from "./_delivery.ts";
+import { CommandError, failure } from "./errors.ts";
+import { checked, required } from "./_input.ts";
+import { jsonText, report, visible } from "./_output.ts";
+import { named } from "./_records.ts";
+
+/** `keys create --name NAME --email EMAIL`. */
+export const create: Command = {
+  summary: "generate a key for an installation and print it once",
+  usage: "create --name NAME --email EMAIL",
+  options: {
+    name: {
+      type: "string",
+      help: "the installation's name, unique among valid keys",
+    },
+    email: {
+      type: "string",
+      help: "the integrator's registered e-mail address",
+    },
+  },
+  positionals: [0, 0],
+  notes: ["", "The key is printed once, on stdout; messages go to stderr."],
+  async run({ store, values, json, out, actor }) {
+    const name = checked(normalizeName, required(values, "name"));
+    const email = checked(normalizeEmail, required(values, "email"));
+    refuseDiscardingStdout();
+    const fresh = generateApiKey();
+    const record = await store.create({
+      name,
+      email,
+      hash: fresh.hash,
+      hint: fresh.hint,
+    }, { actor });
+    // Stored first, so that a key on stdout always works; a key nobody
+    // received is revoked again, which touches no other key.
+    try {
+      out.deliver(
+        (json
+          ? jsonText({ ...publicRecord(record), key: fresh.key })
+          : fresh.key) +
+          "\n",
+      );
+    } catch (error) {
+      throw await undeliveredCreate(store, record, { error, actor });
+    }
+    report(
+      `Created key ${named(record)} for ${
+        visible(record.email)
+      }.\n${STORE_WARNING}`,
+    );
+  },
+};
+
+/**
+ * The failure of a create whose key could not be written: the key is
+ * revoked again, as nobody has it, and the message says what the store
+ * holds now.
+ */
+async function undeliveredCreate(
+  store: KeyStore,
+  record: KeyRecord,
+  options: { error: unknown; actor: string },
+): Promise<CommandError> {
+  const cause = writeFailure(options.error);
+  const again =
+    "run the command again with stdout to a terminal, a file or a live pipe";
+  try {
+    await store.revoke(record.id, {
+      actor: options.actor,
+      reason: "not delivered",
+    });
+  } catch (error) {
+    return new CommandError(
+      `Key ${record.id} was created but could not be written to stdout (${cause}), and revoking it failed (${
+        failure(error)
+      }); nobody has this key: revoke it with "keys revoke ${record.id} --reason 'not delivered'", then ${again}`,
+    );
+  }
+  return new CommandError(
+    `Key ${record.id} was created but could not be written to stdout (${cause}); it has been revoked and no other key changed; ${again}`,
+  );
+}

@@ -1,0 +1,133 @@
+/**
+ * `keys list`: every valid key, or every key, as a table that streams from
+ * the store, or as one JSON array.
+ *
+ * @module
+ */
+
+import { publicRecord } from "../store/records.ts";
+import type { KeyRecord } from "../store/types.ts";
+import type { Command } from "./command.ts";
+import { paint, relativeTime } from "./_format.ts";
+import { jsonText, report } from "./_output.ts";
+import { recordTone, tinted } from "./_records.ts";
+import { type Column, fitColumns, headingLine, rowLine } from "./_table.ts";
+
+/** `keys list [--all]`. */
+export const list: Command = {
+  summary: "list valid keys, or with --all revoked ones too",
+  usage: "list [--all]",
+  options: {
+    all: { type: "boolean", help: "include revoked keys, with when and why" },
+  },
+  positionals: [0, 0],
+  notes: [
+    "",
+    "Times are shown relative to now; --json gives them exactly (ISO 8601).",
+    "At a terminal the table is fitted to its width and coloured (revoked",
+    "keys dim, keys seen in a URL yellow); NO_COLOR turns colour off.",
+  ],
+  async run(ctx) {
+    const { store, values, json, out } = ctx;
+    const all = values.all === true;
+    const records = store.list({ includeRevoked: all });
+    if (json) {
+      out.write("[");
+      let first = true;
+      for await (const record of records) {
+        out.write((first ? "" : ",") + jsonText(publicRecord(record)));
+        first = false;
+      }
+      out.line("]");
+      return;
+    }
+    let columns = listColumns(ctx.now, all);
+    let dropped: string[] = [];
+    if (ctx.columns !== undefined) {
+      ({ columns, dropped } = fitColumns(columns, ctx.columns));
+    }
+    out.line(headingLine(columns, {
+      paint: ctx.colour ? (text) => paint(text, "bold") : undefined,
+    }));
+    let count = 0;
+    const exposed: number[] = [];
+    for await (const record of records) {
+      out.line(rowLine(columns, record, {
+        paint: ctx.colour
+          ? (text, column) => tinted(text, recordTone(record, column.heading))
+          : undefined,
+      }));
+      count++;
+      if (record.exposedAt !== null && record.status === "valid") {
+        exposed.push(record.id);
+      }
+    }
+    out.flush();
+    report(
+      `${count} ${all ? "" : "valid "}key${count === 1 ? "" : "s"}`,
+    );
+    if (exposed.length > 0) {
+      report(
+        `Sent in a URL, where proxies and logs may keep them: ${
+          exposed.join(", ")
+        }; rotate each with "keys rotate KEY"`,
+      );
+    }
+    if (dropped.length > 0) {
+      report(
+        `Left out to fit the terminal: ${
+          dropped.join(", ")
+        }; widen it, or use "keys show KEY" or --json`,
+      );
+    }
+  },
+};
+
+/** The listing's columns, narrowest first to go when a terminal is narrow. */
+function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
+  const ago = (iso: string | null, none = "") =>
+    iso === null ? none : relativeTime(iso, { now });
+  const columns: Column<KeyRecord>[] = [
+    { heading: "ID", width: 6, cell: (r) => String(r.id) },
+    { heading: "NAME", width: 24, min: 10, cell: (r) => r.name },
+    {
+      heading: "EMAIL",
+      width: 28,
+      min: 12,
+      dropRank: 3,
+      cell: (r) => r.email,
+    },
+    { heading: "STATUS", width: 7, cell: (r) => r.status },
+    { heading: "CREATED", width: 14, cell: (r) => ago(r.createdAt) },
+    {
+      heading: "LAST USED",
+      width: 14,
+      dropRank: 5,
+      cell: (r) => ago(r.lastUsedAt, "never"),
+    },
+    { heading: "HINT", width: 10, dropRank: 2, cell: (r) => r.hint },
+    // Which keys were exposed is repeated on stderr, so this column goes first.
+    {
+      heading: "EXPOSED IN A URL",
+      width: 34,
+      min: 16,
+      dropRank: 1,
+      cell: (r) =>
+        r.exposedAt === null
+          ? ""
+          : `${ago(r.exposedAt)} from ${r.exposedFrom ?? "an unknown address"}`,
+    },
+  ];
+  if (!all) return columns;
+  return [
+    ...columns,
+    { heading: "REVOKED", width: 14, cell: (r) => ago(r.revokedAt) },
+    {
+      heading: "REASON",
+      width: 32,
+      min: 12,
+      dropRank: 4,
+      cell: (r) => r.revokedReason ?? "",
+    },
+  ];
+}

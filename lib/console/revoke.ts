@@ -1,0 +1,59 @@
+/**
+ * `keys revoke`: a key stops working at once and for good.
+ *
+ * @module
+ */
+
+import { normalizeReason } from "../store/records.ts";
+import {
+  type Command,
+  CONFIRM_NOTES,
+  KEY_ARGUMENT,
+  YES_OPTION,
+} from "./command.ts";
+import { checked } from "./_input.ts";
+import { report } from "./_output.ts";
+import { confirm } from "./_prompt.ts";
+import { describe, named, printRecord, resolve } from "./_records.ts";
+
+/** `keys revoke KEY [--reason TEXT] [--yes]`. */
+export const revoke: Command = {
+  summary: "revoke a key at once and for good",
+  usage: "revoke KEY [--reason TEXT] [--yes]",
+  options: {
+    reason: {
+      type: "string",
+      help: "why: lost, leaked, decommissioned, person left",
+    },
+    yes: YES_OPTION,
+  },
+  positionals: [1, 1, KEY_ARGUMENT],
+  notes: CONFIRM_NOTES,
+  async run(ctx) {
+    const { store, values, positionals, actor } = ctx;
+    const reason = typeof values.reason === "string"
+      ? checked(normalizeReason, values.reason)
+      : undefined;
+    const target = await resolve(store, positionals[0]);
+    if (target.status === "valid") {
+      await confirm({
+        question: `Revoke key ${describe(target)}? ` +
+          "The next request with it gets 401.",
+        declined: `Key ${named(target)} was not revoked; ` +
+          "answer y to revoke it, or pass --yes",
+      }, { yes: values.yes === true, interactive: ctx.interactive });
+    }
+    const { record, changed } = await store.revoke(target.id, {
+      actor,
+      reason,
+    });
+    report(
+      changed
+        ? `Revoked key ${named(record)}: the next request with it gets 401.`
+        : `Key ${
+          named(record)
+        } was already revoked at ${record.revokedAt}; nothing changed.`,
+    );
+    printRecord(ctx, record);
+  },
+};

@@ -1,0 +1,141 @@
+/**
+ * `keys rotate`: a key's replacement, generated, delivered and swapped in so
+ * that whoever reads stdout never holds a key the store does not.
+ *
+ * @module
+ */
+
+import { generateApiKey } from "../api_key.ts";
+import { KeyCollisionError, RotateRevokedError } from "../store/errors.ts";
+import { publicRecord } from "../store/records.ts";
+import type { KeyRecord, KeyStore } from "../store/types.ts";
+import {
+  type Command,
+  CONFIRM_NOTES,
+  KEY_ARGUMENT,
+  YES_OPTION,
+} from "./command.ts";
+import {
+  refuseDiscardingStdout,
+  STORE_WARNING,
+  writeFailure,
+} from "./_delivery.ts";
+import { CommandError, failure } from "./errors.ts";
+import { jsonText, report, visible } from "./_output.ts";
+import { confirm } from "./_prompt.ts";
+import { describe, named, resolve } from "./_records.ts";
+
+/** `keys rotate KEY [--yes]`. */
+export const rotate: Command = {
+  summary: "revoke a key and generate its replacement in one step",
+  usage: "rotate KEY [--yes]",
+  options: { yes: YES_OPTION },
+  positionals: [1, 1, KEY_ARGUMENT],
+  notes: [
+    "",
+    "The new key is printed once, on stdout; messages and the question go",
+    "to stderr, so NEW=$(deno task keys rotate KEY) captures only the key.",
+    "The old key stays valid until the new one is written: if stdout does not",
+    "take it (the reader has exited), nothing changes and the command exits 1.",
+    ...CONFIRM_NOTES.slice(1),
+  ],
+  async run(ctx) {
+    const { store, positionals, json, out, actor } = ctx;
+    const target = await resolve(store, positionals[0]);
+    // A revoked key cannot be rotated: say so without asking, or writing a key.
+    if (target.status !== "valid") throw new RotateRevokedError(target.id);
+    await confirm({
+      question: `Rotate key ${describe(target)}? ` +
+        "It is revoked at once: requests with it get 401 until the installation has the new key.",
+      declined: `Key ${named(target)} was not rotated; ` +
+        "answer y to rotate it, or pass --yes",
+    }, { yes: ctx.values.yes === true, interactive: ctx.interactive });
+    refuseDiscardingStdout();
+    const fresh = generateApiKey();
+    if (await store.findByHash(fresh.hash) !== null) {
+      throw new KeyCollisionError();
+    }
+    // The old key must work until the new one is out, and the store holds
+    // one valid key per name: so the key is written first, and the value is
+    // finished (the newline, the rest of the JSON) only once the store has
+    // swapped the keys. A reader that waits for a whole line or a whole
+    // JSON value never takes a key the store does not hold.
+    try {
+      out.deliver(json ? `{"key":${JSON.stringify(fresh.key)},` : fresh.key);
+    } catch (error) {
+      throw new CommandError(
+        `Key ${
+          named(target)
+        } was not rotated: its replacement could not be written to stdout (${
+          writeFailure(error)
+        }); nothing changed and key ${target.id} is still valid; run the command again with stdout to a terminal, a file or a live pipe`,
+      );
+    }
+    const { revoked, created } = await rotateAfterWrite(store, target, {
+      fresh,
+      actor,
+    });
+    try {
+      out.deliver(
+        json
+          ? jsonText({
+            ...publicRecord(created),
+            replaces: publicRecord(revoked),
+          }).slice(1) + "\n"
+          : "\n",
+      );
+    } catch (error) {
+      throw new CommandError(
+        `Key ${target.id} was rotated into key ${
+          named(created)
+        }, but stdout closed before the new key was complete (${
+          writeFailure(error)
+        }); if whatever read stdout did not keep the new key, rotate key ${created.id} again`,
+      );
+    }
+    report(
+      `Revoked key ${revoked.id} and created key ${named(created)} for ${
+        visible(created.email)
+      }.\n${STORE_WARNING}`,
+    );
+  },
+};
+
+/**
+ * The store's rotation, once the new key is on stdout. When the store
+ * fails, the key written is not stored unless the store says otherwise, so
+ * the message reads back what the store holds.
+ */
+async function rotateAfterWrite(
+  store: KeyStore,
+  target: KeyRecord,
+  options: { fresh: { hash: string; hint: string }; actor: string },
+): Promise<{ revoked: KeyRecord; created: KeyRecord }> {
+  try {
+    return await store.rotate(target.id, options.fresh, {
+      actor: options.actor,
+    });
+  } catch (error) {
+    const cause = failure(error);
+    let state: string;
+    try {
+      // A commit whose answer was lost may still have happened.
+      const created = await store.findByHash(options.fresh.hash);
+      const old = await store.get(target.id);
+      if (created !== null && old !== null) {
+        return { revoked: old, created };
+      }
+      state = old?.status === "valid"
+        ? `key ${target.id} is unchanged and still valid`
+        : `key ${target.id} is now ${
+          old?.status ?? "gone"
+        }, changed by someone else`;
+    } catch {
+      state =
+        `the store cannot say whether key ${target.id} is still valid; run "keys show ${target.id}" once it answers`;
+    }
+    throw new CommandError(
+      `The key written to stdout was not stored and does not work (${cause}); discard it; ${state}; run the command again`,
+    );
+  }
+}
