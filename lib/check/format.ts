@@ -6,7 +6,7 @@
  * @module
  */
 
-import { decodeAsciiEscapes } from "../_ascii_escapes.ts";
+import { decodeAsciiEscapes, stillEscaped } from "../_ascii_escapes.ts";
 import { escapeControlCharacters } from "../_control_characters.ts";
 import type { CheckOutcome } from "./outcome.ts";
 import { milliseconds, plain, signed } from "./_units.ts";
@@ -105,11 +105,13 @@ export function redact(text: string, secret: string): string {
  */
 export function withholdKey<T>(value: T, secret: string): T {
   if (secret.length < MIN_SECRET_LENGTH) return value;
-  const wanted = letters(secret);
+  const wanted = letters(decodeAsciiEscapes(secret));
   const visit = (item: unknown): unknown => {
     if (typeof item === "string") {
       const redacted = item.replaceAll(secret, "[redacted]");
-      return letters(redacted).includes(wanted)
+      const decoded = decodeAsciiEscapes(redacted);
+      // Escaped deeper than decoding goes, it may hide the key: withheld too.
+      return letters(decoded).includes(wanted) || stillEscaped(decoded)
         ? "[withheld: the text held the API key]"
         : redacted;
     }
@@ -124,7 +126,7 @@ export function withholdKey<T>(value: T, secret: string): T {
   return visit(value) as T;
 }
 
-/** The letters and digits of a text, after decoding any ASCII `%XX`. */
+/** The letters and digits of a decoded text. */
 function letters(text: string): string {
-  return decodeAsciiEscapes(text).replace(/[^0-9A-Za-z]/g, "");
+  return text.replace(/[^0-9A-Za-z]/g, "");
 }
