@@ -5,7 +5,6 @@
 #   docker run -d --name integration -p 8000:8000 -v integration-data:/data integration-service
 #   docker exec -it integration deno task keys create --name berlin-erp --email ops@example.com
 #
-# tests/deploy_test.ts keeps the CMD, the start task and the compile task in step.
 FROM denoland/deno:2.9.6
 
 # No background check for a newer Deno from a container that cannot act on it.
@@ -15,8 +14,7 @@ WORKDIR /app
 
 # The store lives on the /data volume, owned by the non-root deno user and
 # private to it (0700; the service also makes its files 0600). The
-# start command may touch only ./data, so /app/data points there, and the
-# flags stay exactly those of `deno task start`.
+# start task may touch only ./data, so /app/data points there.
 RUN mkdir -m 0700 /data && chown deno:deno /data && ln -s /data /app/data
 
 USER deno
@@ -37,6 +35,7 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["deno", "eval", "const port = Deno.env.get('PORT') || '8000'; const res = await fetch('http://127.0.0.1:' + port + '/api/v1/health/live', { signal: AbortSignal.timeout(4000) }); await res.body?.cancel(); Deno.exit(res.ok ? 0 : 1);"]
 
-# Exactly the start task's command. The base image's entrypoint (tini) passes
-# SIGTERM on, so `docker stop` lets in-flight requests finish.
-CMD ["deno", "run", "-q", "--no-prompt", "--env-file", "--v8-flags=--max-semi-space-size=2", "--allow-net=0.0.0.0,127.0.0.1,[::]", "--allow-read=./data", "--allow-write=./data", "--allow-env=PORT,HOST,DENO_KV_PATH,TRUST_PROXY_HOPS,TRUSTED_PROXIES,LOCKOUT_MAX_FAILURES,LOCKOUT_WINDOW_SECONDS,LOCKOUT_SECONDS,TLS_CERT_FILE,TLS_KEY_FILE,HEADER_TIMEOUT_SECONDS,IDLE_TIMEOUT_SECONDS,MAX_CONNECTIONS,DATABASE_URL,PGAPPNAME", "main.ts"]
+# The start task itself, so its flags are written once, in deno.json. The
+# base image's entrypoint (tini) passes SIGTERM to deno task, which passes it
+# to the server, so `docker stop` lets in-flight requests finish.
+CMD ["deno", "task", "-q", "start"]
