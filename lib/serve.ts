@@ -41,7 +41,7 @@ export interface ConnectionLimits {
   shutdownGraceMs: number;
 }
 
-/** Defaults for {@linkcode ConnectionLimits}; the README lists the same. */
+/** Defaults for {@linkcode ConnectionLimits}; docs/operators.md lists the same. */
 export const DEFAULT_LIMITS: ConnectionLimits = {
   headerTimeoutMs: 10_000,
   idleTimeoutMs: 30_000,

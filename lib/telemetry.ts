@@ -14,7 +14,7 @@
  * handler runs, and attributes cannot be removed afterwards (setting them
  * again only adds a second value). So a key someone pasted into a URL, which
  * the service refuses and marks exposed, reaches the collector on that span.
- * The README gives the collector rule that strips both attributes.
+ * docs/operators.md gives the collector rule that strips both attributes.
  *
  * Without OTEL_DENO, the API's no-op providers make all of this nearly free.
  *
