@@ -34,7 +34,7 @@ import type { StoreLocation } from "../lib/config.ts";
 import type postgres from "postgres";
 import { openStore } from "../lib/store/open.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
-import { startServer, taskArgs, tempDir } from "../tests/_helpers.ts";
+import { startServer, taskCommand, tempDir } from "../scripts/task_process.ts";
 import { rssBytes } from "./soak.ts";
 import { type FloodResult, measureFloods } from "./flood.ts";
 
@@ -395,14 +395,7 @@ async function consoleAtScale(
   env: Record<string, string>,
 ): Promise<string[]> {
   const keysTask = (args: string[]) =>
-    new Deno.Command(Deno.execPath(), {
-      args: [...taskArgs("keys"), ...args],
-      cwd,
-      env,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "null",
-    });
+    taskCommand("keys", { cwd, args, env, stderr: "null" });
   const creates: number[] = [];
   for (let i = 0; i < 5; i++) {
     const started = performance.now();

@@ -20,7 +20,12 @@
  */
 
 import { generateApiKey } from "../lib/api_key.ts";
-import { createKey, keys, startServer, tempDir } from "../tests/_helpers.ts";
+import {
+  createKey,
+  keys,
+  startServer,
+  tempDir,
+} from "../scripts/task_process.ts";
 
 const SECONDS = Number(Deno.env.get("SOAK_SECONDS") ?? 30);
 const CONNECTIONS = Number(Deno.env.get("SOAK_CONNECTIONS") ?? 64);

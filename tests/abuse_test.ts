@@ -6,16 +6,14 @@
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
 import {
-  check,
   createKey,
   keys,
   makeTlsFiles,
-  rawStatus,
-  request,
   runTask,
   startServer,
   tempDir,
-} from "./_helpers.ts";
+} from "./support/processes.ts";
+import { check, rawStatus, request } from "./support/http.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 

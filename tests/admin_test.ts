@@ -7,8 +7,9 @@ import {
   keys,
   type RunResult,
   taskArgs,
+  taskCommand,
   tempDir,
-} from "./_helpers.ts";
+} from "./support/processes.ts";
 import { relativeTime, stripAnsi } from "../lib/console/_format.ts";
 import { type Column, fitColumns, rowLine } from "../lib/console/_table.ts";
 import { COMMANDS as REGISTRY } from "../lib/console/commands.ts";
@@ -430,13 +431,8 @@ Deno.test("revoke and rotate do not ask when stdin is not a terminal, whatever i
   await createKey(dir.path, "berlin");
   await createKey(dir.path, "hamburg");
   for (const args of [["revoke", "berlin"], ["rotate", "hamburg"]]) {
-    const child = new Deno.Command(Deno.execPath(), {
-      args: [...taskArgs("keys"), ...args],
-      cwd: dir.path,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+    const child = taskCommand("keys", { cwd: dir.path, args, stdin: "piped" })
+      .spawn();
     const writer = child.stdin.getWriter();
     await writer.write(new TextEncoder().encode("n\n"));
     await writer.close();
@@ -592,12 +588,8 @@ Deno.test({
 Deno.test("a reader that stops early (keys list | head) ends the listing quietly", async () => {
   using dir = tempDir();
   await createKey(dir.path, "berlin");
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [...taskArgs("keys"), "list", "--json"],
-    cwd: dir.path,
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  const child = taskCommand("keys", { cwd: dir.path, args: ["list", "--json"] })
+    .spawn();
   await child.stdout.cancel(); // like head -c 0: gone before the first byte
   const status = await child.status;
   const stderr = new TextDecoder().decode(

@@ -2,13 +2,13 @@
 
 import assert from "node:assert/strict";
 import {
-  check,
   createKey,
   keys,
   sampleInstallation,
   startServer,
   tempDir,
-} from "./_helpers.ts";
+} from "./support/processes.ts";
+import { check } from "./support/http.ts";
 
 /** Everything the store holds, as the console shows it; `import` lines left out. */
 async function contents(cwd: string): Promise<unknown> {

@@ -18,7 +18,7 @@ import {
   startServer,
   taskArgs,
   tempDir,
-} from "./_helpers.ts";
+} from "./support/processes.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const ROUTE = "/api/v1/integration/connection";

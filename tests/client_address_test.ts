@@ -5,12 +5,9 @@ import {
   networkKey,
 } from "../lib/client_address.ts";
 import { parseCidr } from "../lib/ip.ts";
+import { serveInfo } from "./support/http.ts";
 
-const info = (hostname: string) =>
-  ({
-    remoteAddr: { transport: "tcp", hostname, port: 1 },
-    completed: Promise.resolve(),
-  }) as Deno.ServeHandlerInfo;
+const info = serveInfo;
 const request = (xff?: string) =>
   new Request("http://x/", { headers: xff ? { "x-forwarded-for": xff } : {} });
 

@@ -6,9 +6,32 @@
 
 import assert from "node:assert/strict";
 import { abortConnection } from "../lib/serve.ts";
-import { createKey, startServer, tempDir } from "./_helpers.ts";
+import {
+  createKey,
+  type ServerProcess,
+  startServer,
+  tempDir,
+} from "./support/processes.ts";
 
 const ROUTE = "/api/v1/integration/connection";
+
+/**
+ * The server under `ulimit -n 1024`, as a small host runs it, with the
+ * header and idle timeouts given in seconds (the defaults otherwise).
+ */
+function limitedServer(
+  cwd: string,
+  timeouts: { header?: number; idle?: number } = {},
+): Promise<ServerProcess> {
+  const env: Record<string, string> = {};
+  if (timeouts.header !== undefined) {
+    env.HEADER_TIMEOUT_SECONDS = String(timeouts.header);
+  }
+  if (timeouts.idle !== undefined) {
+    env.IDLE_TIMEOUT_SECONDS = String(timeouts.idle);
+  }
+  return startServer(cwd, env, "start", { openFiles: 1024 });
+}
 
 /** Opens `count` TCP connections that send nothing; all must connect. */
 async function openIdle(port: number, count: number): Promise<Deno.Conn[]> {
@@ -71,15 +94,10 @@ Deno.test("1 100 idle connections at ulimit -n 1024 neither stop the server nor 
   using dir = tempDir();
   const { key } = await createKey(dir.path, "a");
   // Timeouts far beyond the test: only the cap and the accept loop are at work.
-  await using server = await startServer(
-    dir.path,
-    {
-      HEADER_TIMEOUT_SECONDS: "600",
-      IDLE_TIMEOUT_SECONDS: "600",
-    },
-    "start",
-    { openFiles: 1024 },
-  );
+  await using server = await limitedServer(dir.path, {
+    header: 600,
+    idle: 600,
+  });
   const idle = await openIdle(server.port, 1100);
   try {
     await new Promise((r) => setTimeout(r, 500));
@@ -114,15 +132,7 @@ Deno.test("1 100 idle connections at ulimit -n 1024 neither stop the server nor 
 Deno.test("idle connections are closed after HEADER_TIMEOUT_SECONDS, kept-alive ones after IDLE_TIMEOUT_SECONDS", async () => {
   using dir = tempDir();
   const { key } = await createKey(dir.path, "a");
-  await using server = await startServer(
-    dir.path,
-    {
-      HEADER_TIMEOUT_SECONDS: "2",
-      IDLE_TIMEOUT_SECONDS: "4",
-    },
-    "start",
-    { openFiles: 1024 },
-  );
+  await using server = await limitedServer(dir.path, { header: 2, idle: 4 });
   const start = performance.now();
   const idle = await openIdle(server.port, 200);
   const keptAlive = await Deno.connect({
@@ -174,15 +184,7 @@ Deno.test("idle connections are closed after HEADER_TIMEOUT_SECONDS, kept-alive 
 Deno.test("a head dribbled one byte every 200 ms is closed within HEADER_TIMEOUT_SECONDS", async () => {
   using dir = tempDir();
   const { key } = await createKey(dir.path, "a");
-  await using server = await startServer(
-    dir.path,
-    {
-      HEADER_TIMEOUT_SECONDS: "2",
-      IDLE_TIMEOUT_SECONDS: "30",
-    },
-    "start",
-    { openFiles: 1024 },
-  );
+  await using server = await limitedServer(dir.path, { header: 2, idle: 30 });
   const head = new TextEncoder().encode(
     `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nX-Slow: ${"a".repeat(1000)}`,
   );
@@ -217,9 +219,7 @@ Deno.test("a head dribbled one byte every 200 ms is closed within HEADER_TIMEOUT
 Deno.test("a GET announcing a 10 GB body gets its answer and is cut off after a few MB; a small POST still gets its 405", async () => {
   using dir = tempDir();
   const { key } = await createKey(dir.path, "a");
-  await using server = await startServer(dir.path, {}, "start", {
-    openFiles: 1024,
-  });
+  await using server = await limitedServer(dir.path);
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
   await conn.write(new TextEncoder().encode(
     `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\nX-API-Key: ${key}\r\nContent-Length: 10737418240\r\n\r\n`,
@@ -303,9 +303,7 @@ Deno.test({
   async fn() {
     using dir = tempDir();
     const { key } = await createKey(dir.path, "steady");
-    await using server = await startServer(dir.path, {}, "start", {
-      openFiles: 1024,
-    });
+    await using server = await limitedServer(dir.path);
     const churn = (hold: number, reset: boolean) =>
       new Deno.Command("python3", {
         args: [

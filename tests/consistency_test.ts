@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createKey, keys, startServer, tempDir } from "./_helpers.ts";
+import { createKey, keys, startServer, tempDir } from "./support/processes.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 

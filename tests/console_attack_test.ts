@@ -22,15 +22,16 @@ import type { KeyRecord } from "../lib/store/types.ts";
 import { CHECK_ENV } from "../lib/check/config.ts";
 import { formatFirstLine } from "../lib/check/format.ts";
 import {
-  check,
   createKey,
   keys,
   type RunResult,
   runTask,
   startServer,
   taskArgs,
+  taskCommand,
   tempDir,
-} from "./_helpers.ts";
+} from "./support/processes.ts";
+import { check } from "./support/http.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -68,13 +69,7 @@ async function keysIntoDeadPipe(
   cwd: string,
   args: string[],
 ): Promise<RunResult> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [...taskArgs("keys"), ...args],
-    cwd,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  const child = taskCommand("keys", { cwd, args }).spawn();
   await child.stdout.cancel(); // like `| head -c 0`
   const [status, stderr] = await Promise.all([
     child.status,

@@ -20,7 +20,8 @@
 import assert from "node:assert/strict";
 import { readConfig, readStoreLocation } from "../lib/config.ts";
 import { compileArgs } from "../scripts/compile.ts";
-import { startServer, tempDir } from "./_helpers.ts";
+import { localGraph } from "./support/module_graph.ts";
+import { startServer, tempDir } from "./support/processes.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const read = (path: string) => Deno.readTextFile(new URL(path, ROOT));
@@ -207,19 +208,7 @@ Deno.test("the base image is the official Deno image at a pinned version, never 
 
 /** Files below the project root that an entrypoint loads, static and dynamic imports alike. */
 async function localModules(entrypoint: string): Promise<string[]> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["info", "--json", entrypoint],
-    cwd: ROOT,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.ok(out.success, new TextDecoder().decode(out.stderr));
-  const info = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-    modules: { specifier: string }[];
-  };
-  return info.modules.map((m) => m.specifier)
-    .filter((s) => s.startsWith(ROOT.href))
-    .map((s) => s.slice(ROOT.href.length));
+  return [...(await localGraph(entrypoint)).keys()];
 }
 
 function ignored(path: string): boolean {

@@ -3,28 +3,15 @@ import { generateApiKey } from "../lib/api_key.ts";
 import { createHandler } from "../lib/handler.ts";
 import { CONNECTION_PATH } from "../lib/routes/connection.ts";
 import { openKvStore } from "../lib/store/kv.ts";
-import { validated } from "./_helpers.ts";
+import { serveInfo, validated } from "./support/http.ts";
+import { storeKey } from "./support/stored_keys.ts";
 
-const INFO = {
-  remoteAddr: { transport: "tcp", hostname: "192.0.2.10", port: 40000 },
-  completed: Promise.resolve(),
-} as Deno.ServeHandlerInfo<Deno.NetAddr>;
+const INFO = serveInfo("192.0.2.10");
 
 async function setup() {
   const store = await openKvStore(":memory:");
-  const valid = generateApiKey();
-  const revoked = generateApiKey();
-  const record = await store.create({
-    name: "berlin",
-    email: "ops@example.com",
-    ...valid,
-  }, { actor: "t" });
-  const gone = await store.create({
-    name: "hamburg",
-    email: "it@example.com",
-    ...revoked,
-  }, { actor: "t" });
-  await store.revoke(gone.id, { actor: "t" });
+  const valid = await storeKey(store, "berlin", { email: "ops@example.com" });
+  const revoked = await storeKey(store, "hamburg", { revoked: true });
   const handler = createHandler(store, {
     now: () => new Date("2026-11-21T08:00:00.123Z"),
   });
@@ -42,7 +29,7 @@ async function setup() {
     get,
     valid: valid.key,
     revoked: revoked.key,
-    record,
+    record: valid.record,
     [Symbol.asyncDispose]: () => store.close(),
   };
 }
@@ -74,10 +61,7 @@ Deno.test("a valid key gets 200 with exactly the spec's fields and the no-store 
 Deno.test("serverUtc is the current time in ISO 8601 UTC with milliseconds", async () => {
   const store = await openKvStore(":memory:");
   try {
-    const k = generateApiKey();
-    await store.create({ name: "a", email: "a@example.com", ...k }, {
-      actor: "t",
-    });
+    const k = await storeKey(store, "a");
     const before = Date.now();
     const response = await createHandler(store)(
       new Request(`http://localhost${CONNECTION_PATH}`, {

@@ -14,14 +14,14 @@ import { openPostgresStore } from "../lib/store/postgres/store.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { KeyStore } from "../lib/store/types.ts";
 import {
-  check,
   createKey,
   keys,
   startServer,
-  taskArgs,
+  taskCommand,
   tempDir,
-} from "./_helpers.ts";
-import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
+} from "./support/processes.ts";
+import { check } from "./support/http.ts";
+import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
 
 type StoreEnv = Record<string, string>;
 
@@ -80,14 +80,7 @@ function spawnImport(
   args: string[],
   env: StoreEnv,
 ): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: [...taskArgs("keys"), "import", ...args],
-    cwd,
-    env,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  return taskCommand("keys", { cwd, args: ["import", ...args], env }).spawn();
 }
 
 /** A FIFO under ./data and its writing end, opened once the import reads it. */
@@ -131,17 +124,34 @@ async function finished(
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * A server on the store, and `keys import` of 600 keys fed through a FIFO
+ * up to its last line and given time to write them; the import still waits
+ * for the rest of its file. Disposing it stops the server.
+ */
+async function importUnderWay(env: StoreEnv, cwd: string) {
+  const server = await startServer(cwd, { ...env, ...SERVER_ENV });
+  const { lines, keys: made } = exportLines(600);
+  const pipe = await fifo(cwd, "pipe.jsonl");
+  const importer = spawnImport(cwd, [pipe.path], env);
+  const writer = await pipe.open();
+  await writer.write([HEADER, ...lines]);
+  // Long enough for a store writing in batches to have written them.
+  await sleep(1500);
+  return {
+    server,
+    made,
+    importer,
+    writer,
+    [Symbol.asyncDispose]: () => server[Symbol.asyncDispose](),
+  };
+}
+
 onBothStores(
   "a key fed half-way through a FIFO import is refused by a running server, and stays refused after the import fails on a bad line",
   async (env, cwd) => {
-    await using server = await startServer(cwd, { ...env, ...SERVER_ENV });
-    const { lines, keys: made } = exportLines(600);
-    const pipe = await fifo(cwd, "pipe.jsonl");
-    const importer = spawnImport(cwd, [pipe.path], env);
-    const writer = await pipe.open();
-    await writer.write([HEADER, ...lines]);
-    // Long enough for a store writing in batches to have written them.
-    await sleep(1500);
+    await using run = await importUnderWay(env, cwd);
+    const { server, made, importer, writer } = run;
     for (const key of [made[0], made[299], made[599]]) {
       assert.equal((await check(server.url, key)).status, 401, "half-imported");
     }
@@ -162,13 +172,8 @@ onBothStores(
 onBothStores(
   "an import killed half-way leaves no key of it working, and after it is resolved a new key 1 is the only one that works",
   async (env, cwd) => {
-    await using server = await startServer(cwd, { ...env, ...SERVER_ENV });
-    const { lines, keys: made } = exportLines(600);
-    const pipe = await fifo(cwd, "pipe.jsonl");
-    const importer = spawnImport(cwd, [pipe.path], env);
-    const writer = await pipe.open();
-    await writer.write([HEADER, ...lines]);
-    await sleep(1500);
+    await using run = await importUnderWay(env, cwd);
+    const { server, made, importer, writer } = run;
     importer.kill("SIGKILL");
     await finished(importer);
     writer.close();

@@ -10,7 +10,7 @@ import { KeyLookup } from "../lib/key_lookup.ts";
 import { KeyIndex } from "../lib/key_index.ts";
 import { openKvStore } from "../lib/store/kv.ts";
 import type { KeyStore } from "../lib/store/types.ts";
-import { tempDir } from "./_helpers.ts";
+import { tempDir } from "./support/processes.ts";
 
 /** The store with a count of every call the lookup makes of it. */
 function counting(store: KeyStore) {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { openKvStore, REVISION } from "../lib/store/kv.ts";
-import { generateApiKey } from "../lib/api_key.ts";
-import { storeContract } from "./_store_contract.ts";
+import { storeContract } from "./support/store_contract.ts";
+import { storeKey } from "./support/stored_keys.ts";
 
 storeContract("kv store", async () => {
   const store = await openKvStore(":memory:");
@@ -12,22 +12,13 @@ Deno.test("kv store: a store file reopened keeps valid keys valid and revoked ke
   const dir = await Deno.makeTempDir();
   try {
     const path = `${dir}/nested/keys.db`;
-    const a = generateApiKey();
-    const b = generateApiKey();
     const first = await openKvStore(path);
-    await first.create({ name: "a", email: "a@example.com", ...a }, {
-      actor: "t",
-    });
-    const revoked = await first.create({
-      name: "b",
-      email: "b@example.com",
-      ...b,
-    }, { actor: "t" });
-    await first.revoke(revoked.id, { actor: "t" });
+    const a = await storeKey(first, "a");
+    const b = await storeKey(first, "b", { revoked: true });
     await first.close();
     const second = await openKvStore(path);
-    assert.equal((await second.findByHash(a.hash))?.status, "valid");
-    assert.equal((await second.findByHash(b.hash))?.status, "revoked");
+    assert.equal((await second.findByHash(a.record.hash))?.status, "valid");
+    assert.equal((await second.findByHash(b.record.hash))?.status, "revoked");
     await second.close();
   } finally {
     await Deno.remove(dir, { recursive: true });
@@ -43,11 +34,7 @@ Deno.test("kv store: every change bumps the revision that caches watch", async (
     const revision = async () =>
       (await kv.get<Deno.KvU64>(REVISION)).value?.value ?? 0n;
     const before = await revision();
-    const record = await store.create({
-      name: "a",
-      email: "a@example.com",
-      ...generateApiKey(),
-    }, { actor: "t" });
+    const { record } = await storeKey(store, "a");
     const afterCreate = await revision();
     await store.revoke(record.id, { actor: "t" });
     const afterRevoke = await revision();

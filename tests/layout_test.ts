@@ -1,6 +1,7 @@
 /**
  * The code's layout rules that a reviewer would otherwise have to remember:
- * what ships (lib/) never reaches into the tests.
+ * what ships (lib/) and the benchmark (bench/) never reach into the tests,
+ * and `deno test tests/` runs exactly the test files.
  */
 
 import assert from "node:assert/strict";
@@ -25,17 +26,39 @@ function relativeImports(source: string): string[] {
   return [...found].map((match) => match[1]);
 }
 
-Deno.test("no module under lib/ imports anything from tests/", () => {
-  let modules = 0;
-  for (const file of typescriptFiles(new URL("lib/", ROOT))) {
-    modules++;
-    for (const specifier of relativeImports(Deno.readTextFileSync(file))) {
-      const target = new URL(specifier, file).href;
+// What ships (lib/) and what measures it (bench/) must run without the tests.
+for (const [folder, least] of [["lib/", 10], ["bench/", 2]] as const) {
+  Deno.test(`no module under ${folder} imports anything from tests/`, () => {
+    let modules = 0;
+    for (const file of typescriptFiles(new URL(folder, ROOT))) {
+      modules++;
+      for (const specifier of relativeImports(Deno.readTextFileSync(file))) {
+        const target = new URL(specifier, file).href;
+        assert.ok(
+          !target.startsWith(TESTS),
+          `${file.href.slice(ROOT.href.length)} imports ${specifier}`,
+        );
+      }
+    }
+    assert.ok(modules >= least, `${folder} was found and read`);
+  });
+}
+
+Deno.test("tests are the files named *_test.ts, and shared fixtures live in tests/support/ and are none", () => {
+  const support = new URL("support/", TESTS).href;
+  for (const file of typescriptFiles(new URL(TESTS))) {
+    const relative = file.href.slice(TESTS.length);
+    if (file.href.startsWith(support)) {
       assert.ok(
-        !target.startsWith(TESTS),
-        `${file.href.slice(ROOT.href.length)} imports ${specifier}`,
+        !/(^|[._])test\.ts$/.test(relative),
+        `tests/${relative} would be run as a test`,
+      );
+    } else {
+      assert.match(
+        relative,
+        /^[a-z0-9_]+_test\.ts$/,
+        `tests/${relative}: a fixture belongs in tests/support/`,
       );
     }
   }
-  assert.ok(modules > 10, "lib/ was found and read");
 });

@@ -4,20 +4,13 @@
  */
 
 import assert from "node:assert/strict";
-import { createKey, taskArgs, tempDir } from "./_helpers.ts";
+import { createKey, taskCommand, tempDir } from "./support/processes.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
 /** Starts the server with stdout piped; returns it, its port and its stderr text. */
 async function serverWithPipedLog(cwd: string) {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: taskArgs("start"),
-    cwd,
-    env: { PORT: "0" },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  const child = taskCommand("start", { cwd, env: { PORT: "0" } }).spawn();
   const reader = child.stdout.getReader();
   let text = "";
   const decoder = new TextDecoder();

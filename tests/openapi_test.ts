@@ -1,6 +1,6 @@
 /**
  * openapi.json: linted by Redocly's CLI, and held against the real server's
- * answers through tests/_openapi_validator.ts, which must also refuse answers
+ * answers through tests/support/openapi.ts, which must also refuse answers
  * that break it.
  */
 
@@ -11,8 +11,8 @@ import {
   type ReceivedResponse,
   responseProblems,
   validateResponse,
-} from "./_openapi_validator.ts";
-import { createKey, startServer, tempDir } from "./_helpers.ts";
+} from "./support/openapi.ts";
+import { createKey, startServer, tempDir } from "./support/processes.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const CONNECTION = "/api/v1/integration/connection";

@@ -6,14 +6,14 @@
 
 import assert from "node:assert/strict";
 import {
-  check,
   createKey,
   keys,
   runTask,
   startServer,
   tempDir,
-} from "./_helpers.ts";
-import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
+} from "./support/processes.ts";
+import { check } from "./support/http.ts";
+import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
 
 const SCRIPT = new URL("../scripts/postgres_test_server.sh", import.meta.url)
   .pathname;

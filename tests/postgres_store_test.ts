@@ -13,12 +13,12 @@ import {
   SchemaVersionError,
 } from "../lib/store/postgres/schema.ts";
 import { openPostgresStore } from "../lib/store/postgres/store.ts";
-import { storeContract } from "./_store_contract.ts";
+import { storeContract } from "./support/store_contract.ts";
 import {
   freshDatabase,
   NO_DATABASE,
   registerWithDatabase,
-} from "./_postgres.ts";
+} from "./support/postgres.ts";
 
 registerWithDatabase(() =>
   storeContract("postgres store", async () => {

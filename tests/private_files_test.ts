@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createKey, startServer, tempDir } from "./_helpers.ts";
+import { createKey, startServer, tempDir } from "./support/processes.ts";
 
 async function modes(folder: string): Promise<Record<string, string>> {
   const out: Record<string, string> = {

@@ -25,8 +25,8 @@ import {
 } from "../lib/store/errors.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord, KeyStore } from "../lib/store/types.ts";
-import { fillerLines, pausedImport } from "./_store_contract.ts";
-import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
+import { fillerLines, pausedImport } from "./support/store_contract.ts";
+import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
 
 const ACTOR = "model@test";
 
@@ -144,6 +144,15 @@ class Model {
     return key;
   }
 
+  /**
+   * The store refused `what` for an unfinished import: right unless the
+   * model knows there is none; from now on there is one.
+   */
+  refusedForImport(what: string): void {
+    assert.notEqual(this.pending, "no", `${what} was refused for no import`);
+    this.pending = "yes";
+  }
+
   pick(n: number): [string, ModelKey] | undefined {
     const all = [...this.keys];
     return all.length === 0 ? undefined : all[n % all.length];
@@ -190,12 +199,7 @@ class Runner {
       return result;
     } catch (error) {
       if (error instanceof ImportStateError) {
-        assert.notEqual(
-          model.pending,
-          "no",
-          "a change was refused for no import",
-        );
-        model.pending = "yes";
+        model.refusedForImport("a change");
         return null;
       }
       throw error;
@@ -346,12 +350,7 @@ class Runner {
       assert.notEqual(first, "done", "an import finished without its items");
       const refused = first as Error;
       if (refused instanceof ImportStateError) {
-        assert.notEqual(
-          model.pending,
-          "no",
-          "an import was refused for no import",
-        );
-        model.pending = "yes";
+        model.refusedForImport("an import");
       } else {
         assert.ok(
           refused instanceof StoreInputError && !model.empty &&

@@ -11,7 +11,9 @@ import { json } from "../lib/http/responses.ts";
 import { createRouter, type Route } from "../lib/http/router.ts";
 import { openKvStore } from "../lib/store/kv.ts";
 import { LockoutTracker } from "../lib/lockout.ts";
-import { tempDir } from "./_helpers.ts";
+import { tempDir } from "./support/processes.ts";
+import { storeKey } from "./support/stored_keys.ts";
+import { serveInfo } from "./support/http.ts";
 
 const WHOAMI = "/api/v1/integration/whoami";
 
@@ -24,22 +26,12 @@ const whoami: Route = {
   },
 };
 
-const info = (hostname: string) =>
-  ({
-    remoteAddr: { transport: "tcp", hostname, port: 40000 },
-    completed: Promise.resolve(),
-  }) as Deno.ServeHandlerInfo;
-
 async function setup(dir: string) {
   const server = await openKvStore(`${dir}/keys.db`);
   const admin = await openKvStore(`${dir}/keys.db`); // the console, elsewhere
-  const fresh = generateApiKey();
-  const record = await admin.create({
-    name: "erp",
+  const { key, record } = await storeKey(admin, "erp", {
     email: "ops@example.com",
-    hash: fresh.hash,
-    hint: fresh.hint,
-  }, { actor: "test" });
+  });
   const handler = createRouter([whoami], {
     authenticator: createAuthenticator(server, {
       lockout: new LockoutTracker({
@@ -58,13 +50,13 @@ async function setup(dir: string) {
         method: options.method ?? "GET",
         headers: key === null ? {} : { "X-API-Key": key },
       }),
-      info(options.from ?? "192.0.2.1"),
+      serveInfo(options.from ?? "192.0.2.1"),
     );
   return {
     admin,
     server,
     call,
-    key: fresh.key,
+    key,
     id: record.id,
     async [Symbol.asyncDispose]() {
       await admin.close();

@@ -5,13 +5,13 @@
 
 import assert from "node:assert/strict";
 import {
-  check,
   createKey,
   keys,
   readTree,
   startServer,
   tempDir,
-} from "./_helpers.ts";
+} from "./support/processes.ts";
+import { check } from "./support/http.ts";
 
 Deno.test("a key revoked by the console is refused by the very next request, while a second key still gets 200", async () => {
   using dir = tempDir();

@@ -8,15 +8,15 @@
 
 import assert from "node:assert/strict";
 import {
-  check,
   createKey,
   keys,
   type SampleInstallation,
   sampleInstallation,
   startServer,
   tempDir,
-} from "./_helpers.ts";
-import { freshDatabase, NO_DATABASE } from "./_postgres.ts";
+} from "./support/processes.ts";
+import { check } from "./support/http.ts";
+import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
 
 /** The settings that select a store: `{}` is the KV file in ./data. */
 type StoreEnv = Record<string, string>;

@@ -4,14 +4,8 @@
  */
 
 import assert from "node:assert/strict";
-import {
-  check,
-  createKey,
-  keys,
-  request,
-  startServer,
-  tempDir,
-} from "./_helpers.ts";
+import { createKey, keys, startServer, tempDir } from "./support/processes.ts";
+import { check, request } from "./support/http.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 

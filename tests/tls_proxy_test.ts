@@ -9,10 +9,10 @@ import assert from "node:assert/strict";
 import {
   createKey,
   makeTlsFiles,
-  request,
   startServer,
   tempDir,
-} from "./_helpers.ts";
+} from "./support/processes.ts";
+import { request } from "./support/http.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 const CONFIG = new URL("../deploy/nginx.conf", import.meta.url);

@@ -17,7 +17,7 @@ import {
   type ValidateFunction,
 } from "ajv/dist/2020.js";
 import ajvFormats from "ajv-formats";
-import bundled from "../openapi.json" with { type: "json" };
+import bundled from "../../openapi.json" with { type: "json" };
 
 /** An OpenAPI 3.1 document, as parsed JSON. */
 export type OpenApiDocument = Record<string, unknown>;

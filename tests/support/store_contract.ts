@@ -4,15 +4,15 @@
  */
 
 import assert from "node:assert/strict";
-import { generateApiKey } from "../lib/api_key.ts";
-import { KeyLookup } from "../lib/key_lookup.ts";
+import { generateApiKey } from "../../lib/api_key.ts";
+import { KeyLookup } from "../../lib/key_lookup.ts";
 import {
   ImportStateError,
   KeyNotFoundError,
   StoreInputError,
-} from "../lib/store/errors.ts";
-import { newRecord } from "../lib/store/records.ts";
-import type { ExportItem, KeyRecord, KeyStore } from "../lib/store/types.ts";
+} from "../../lib/store/errors.ts";
+import { newRecord } from "../../lib/store/records.ts";
+import type { ExportItem, KeyRecord, KeyStore } from "../../lib/store/types.ts";
 
 /** Opens an empty store; disposing it closes and removes it. */
 export type OpenEmptyStore = () => Promise<KeyStore & AsyncDisposable>;

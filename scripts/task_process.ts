@@ -1,0 +1,200 @@
+/**
+ * The project's deno.json tasks run as child processes, exactly as an
+ * operator runs them (with the permissions the tasks declare), in a
+ * throwaway working folder. Shared by the tests (tests/support/) and the
+ * benchmark and soak (bench/), which must not import from tests/.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+
+const ROOT = new URL("../", import.meta.url);
+const DENO_JSON = JSON.parse(
+  await Deno.readTextFile(new URL("deno.json", ROOT)),
+) as { tasks: Record<string, string> };
+
+/** The arguments of a deno.json task after `deno`, with its entrypoint made absolute. */
+export function taskArgs(task: string): string[] {
+  const command = DENO_JSON.tasks[task];
+  assert(command, `deno.json has no task ${task}`);
+  const [deno, ...args] = command.split(/\s+/);
+  assert.equal(deno, "deno", `task ${task} must run deno directly`);
+  return args.map((arg) =>
+    /^[\w/]+\.ts$/.test(arg) ? new URL(arg, ROOT).pathname : arg
+  );
+}
+
+/** A fresh working folder, removed when the `using` scope ends. */
+export function tempDir(): { path: string } & Disposable {
+  const path = Deno.makeTempDirSync({ prefix: "isk_test_" });
+  return {
+    path,
+    [Symbol.dispose]() {
+      Deno.removeSync(path, { recursive: true });
+    },
+  };
+}
+
+/** Where and how a task runs. */
+export interface TaskOptions {
+  /** Its working folder. */
+  cwd: string;
+  /** Appended to the task's own arguments. */
+  args?: string[];
+  /** Added to the environment it inherits. */
+  env?: Record<string, string>;
+  /** Default "null": no input. */
+  stdin?: "piped" | "null";
+  /** Default "piped". */
+  stdout?: "piped" | "null" | "inherit";
+  /** Default "piped". */
+  stderr?: "piped" | "null" | "inherit";
+}
+
+/** The command that runs a deno.json task, ready to spawn. */
+export function taskCommand(task: string, options: TaskOptions): Deno.Command {
+  const { cwd, args = [], env = {} } = options;
+  return new Deno.Command(Deno.execPath(), {
+    args: [...taskArgs(task), ...args],
+    cwd,
+    env,
+    stdin: options.stdin ?? "null",
+    stdout: options.stdout ?? "piped",
+    stderr: options.stderr ?? "piped",
+  });
+}
+
+/** What a finished task printed. */
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a deno.json task to completion in `cwd`. */
+export async function runTask(
+  task: string,
+  options: Pick<TaskOptions, "cwd" | "args" | "env">,
+): Promise<RunResult> {
+  const out = await taskCommand(task, options).output();
+  const decoder = new TextDecoder();
+  return {
+    code: out.code,
+    stdout: decoder.decode(out.stdout),
+    stderr: decoder.decode(out.stderr),
+  };
+}
+
+/** Runs `deno task keys ARGS` in `cwd`. */
+export function keys(
+  cwd: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<RunResult> {
+  return runTask("keys", { cwd, args, env });
+}
+
+/** Creates a key through the console and returns it with its id. */
+export async function createKey(
+  cwd: string,
+  name: string,
+  email = `${name}@example.com`,
+  env: Record<string, string> = {},
+): Promise<{ id: number; key: string }> {
+  const result = await keys(cwd, [
+    "create",
+    "--name",
+    name,
+    "--email",
+    email,
+    "--json",
+  ], env);
+  assert.equal(result.code, 0, result.stderr);
+  const { id, key } = JSON.parse(result.stdout);
+  return { id, key };
+}
+
+/** A server started from the `start` task, listening on a free port. */
+export interface ServerProcess extends AsyncDisposable {
+  /** `http://127.0.0.1:PORT` */
+  url: string;
+  port: number;
+  process: Deno.ChildProcess;
+  /** Everything printed so far on stdout and stderr. */
+  output(): string;
+  /** Sends a signal and waits for the exit code. */
+  stop(signal?: Deno.Signal): Promise<number>;
+}
+
+/**
+ * Starts the server with the `start` task's permissions in `cwd`.
+ * `openFiles` runs it under `ulimit -n` of that many descriptors.
+ */
+export async function startServer(
+  cwd: string,
+  env: Record<string, string> = {},
+  task = "start",
+  options: { keepOutput?: boolean; openFiles?: number } = {},
+): Promise<ServerProcess> {
+  // A benchmark drains millions of log lines: keep only what finds the port.
+  const keep = options.keepOutput ?? true;
+  const limited = options.openFiles !== undefined;
+  const child = new Deno.Command(limited ? "bash" : Deno.execPath(), {
+    args: limited
+      ? [
+        "-c",
+        `ulimit -n ${options.openFiles} && exec "$0" "$@"`,
+        Deno.execPath(),
+        ...taskArgs(task),
+      ]
+      : taskArgs(task),
+    cwd,
+    env: { PORT: "0", ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let text = "";
+  let port = 0;
+  const collect = async (stream: ReadableStream<Uint8Array>) => {
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      if (keep || port === 0) text += chunk;
+    }
+  };
+  const done = Promise.all([collect(child.stdout), collect(child.stderr)]);
+  const deadline = Date.now() + 15_000;
+  while (port === 0) {
+    const match = text.match(
+      /"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/,
+    );
+    if (match) port = Number(match[1]);
+    else if (Date.now() > deadline) {
+      child.kill();
+      await done;
+      throw new Error(`the server did not start:\n${text}`);
+    } else await new Promise((r) => setTimeout(r, 20));
+  }
+  let exit: Promise<number> | undefined;
+  const stop = (signal: Deno.Signal = "SIGTERM") => {
+    if (exit === undefined) {
+      try {
+        child.kill(signal);
+      } catch {
+        // already gone
+      }
+      exit = Promise.all([child.status, done]).then(([s]) => s.code);
+    }
+    return exit;
+  };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    process: child,
+    output: () => text,
+    stop,
+    async [Symbol.asyncDispose]() {
+      await stop();
+    },
+  };
+}
