@@ -77,47 +77,36 @@ export function readStoreLocation(env: EnvReader): StoreLocation {
   return { kind: "kv", path };
 }
 
+/** The whole-number settings: each variable with its default and range, once. */
+const WHOLE_NUMBERS = {
+  PORT: { default: 8000, min: 0, max: 65535 },
+  LOCKOUT_MAX_FAILURES: { default: 10, min: 1, max: 1_000_000_000 },
+  LOCKOUT_WINDOW_SECONDS: { default: 60, min: 1, max: 86_400 },
+  LOCKOUT_SECONDS: { default: 300, min: 1, max: 86_400 },
+  HEADER_TIMEOUT_SECONDS: { default: 10, min: 1, max: 3_600 },
+  IDLE_TIMEOUT_SECONDS: { default: 30, min: 1, max: 3_600 },
+  MAX_CONNECTIONS: { default: 900, min: 1, max: 1_000_000 },
+} as const;
+
 /** The whole server configuration. */
 export function readConfig(env: EnvReader): Config {
+  const whole = (name: keyof typeof WHOLE_NUMBERS) =>
+    integer(env, name, WHOLE_NUMBERS[name]);
   return {
-    port: integer(env, "PORT", { default: 8000, min: 0, max: 65535 }),
+    port: whole("PORT"),
     hostname: hostname(env, "HOST", "0.0.0.0"),
     store: readStoreLocation(env),
     trustedProxies: trustedProxies(env),
     lockout: {
-      maxFailures: integer(env, "LOCKOUT_MAX_FAILURES", {
-        default: 10,
-        min: 1,
-        max: 1_000_000_000,
-      }),
-      windowSeconds: integer(env, "LOCKOUT_WINDOW_SECONDS", {
-        default: 60,
-        min: 1,
-        max: 86_400,
-      }),
-      lockSeconds: integer(env, "LOCKOUT_SECONDS", {
-        default: 300,
-        min: 1,
-        max: 86_400,
-      }),
+      maxFailures: whole("LOCKOUT_MAX_FAILURES"),
+      windowSeconds: whole("LOCKOUT_WINDOW_SECONDS"),
+      lockSeconds: whole("LOCKOUT_SECONDS"),
     },
     tls: tlsFiles(env),
     connections: {
-      headerTimeoutSeconds: integer(env, "HEADER_TIMEOUT_SECONDS", {
-        default: 10,
-        min: 1,
-        max: 3_600,
-      }),
-      idleTimeoutSeconds: integer(env, "IDLE_TIMEOUT_SECONDS", {
-        default: 30,
-        min: 1,
-        max: 3_600,
-      }),
-      maxConnections: integer(env, "MAX_CONNECTIONS", {
-        default: 900,
-        min: 1,
-        max: 1_000_000,
-      }),
+      headerTimeoutSeconds: whole("HEADER_TIMEOUT_SECONDS"),
+      idleTimeoutSeconds: whole("IDLE_TIMEOUT_SECONDS"),
+      maxConnections: whole("MAX_CONNECTIONS"),
     },
   };
 }

@@ -45,7 +45,7 @@ function tableAfter(markdown: string, heading: string): string[][] {
 
 // --- (1) Environment variables -------------------------------------------
 
-/** The variables lib/config.ts reads, by the names passed to its readers. */
+/** The variables lib/config.ts reads: named in its source, or asked for when it runs. */
 function configVariables(): Set<string> {
   const source = read("lib/config.ts");
   const named = new Set(
@@ -61,14 +61,11 @@ function configVariables(): Set<string> {
   };
   readConfig(recording({}));
   readStoreLocation(recording({ DATABASE_URL: "postgres://u@localhost/db" }));
-  for (const name of asked) {
-    assert.ok(
-      named.has(name),
-      `lib/config.ts reads ${name} in a way this test does not see; read it as reader(env, "${name}", …)`,
-    );
-  }
-  assert.ok(named.size >= 10, `found only ${[...named]} in lib/config.ts`);
-  return named;
+  // Both ways count: names in the source catch one read only on some path,
+  // names asked for catch one the source builds (a table, a loop).
+  const all = new Set([...named, ...asked]);
+  assert.ok(all.size >= 10, `found only ${[...all]} in lib/config.ts`);
+  return all;
 }
 
 /** Variables the server's and the console's permissions let them read. */

@@ -1,5 +1,5 @@
 /**
- * Moving an installation between stores as the README's operators' guide
+ * Moving an installation between stores as docs/operators.md
  * describes it: `keys export` from one store, `keys import` into an empty one
  * of the other kind, then the server started on the new store. Every step is
  * a console or server process from the deno.json tasks. The PostgreSQL tests

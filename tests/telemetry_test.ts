@@ -75,7 +75,7 @@ Deno.test("with OTEL_DENO=true, spans carry http.route and the key id, counters 
     );
   }
   // The key pasted into a URL appears only where Deno.serve's own span
-  // records the raw URL (a Deno 2.9 limit the README's collector rule
+  // records the raw URL (a Deno 2.9 limit the collector rule in docs/operators.md
   // removes), never in an attribute, metric or log line of the service's own.
   const leakedLines = output.split("\n").filter((l) =>
     l.includes(leaked.key.slice(4))
