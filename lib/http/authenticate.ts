@@ -97,10 +97,6 @@ export function createAuthenticator(
         request.headers.get(API_KEY_HEADER),
       );
       if (!result.ok) {
-        countOutcome(
-          result.reason === "revoked" ? "revoked" : "invalid",
-          route,
-        );
         const lock = lockout.fail(counted);
         noteLock(lock, client);
         if (!lock && lockout.retryAfter(counted) > 0) {
@@ -109,6 +105,11 @@ export function createAuthenticator(
           // burst sees no more 401s than the threshold.
           return refuseLocked(counted, route);
         }
+        // Counted as answered: one outcome per request, 401 or 429.
+        countOutcome(
+          result.reason === "revoked" ? "revoked" : "invalid",
+          route,
+        );
         return { ok: false, response: unauthorized() };
       }
       if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
