@@ -88,6 +88,13 @@ const WHOLE_NUMBERS = {
   MAX_CONNECTIONS: { default: 900, min: 1, max: 1_000_000 },
 } as const;
 
+/** The lock-out when nothing is set: what a handler built without a configuration uses. */
+export const DEFAULT_LOCKOUT: Config["lockout"] = {
+  maxFailures: WHOLE_NUMBERS.LOCKOUT_MAX_FAILURES.default,
+  windowSeconds: WHOLE_NUMBERS.LOCKOUT_WINDOW_SECONDS.default,
+  lockSeconds: WHOLE_NUMBERS.LOCKOUT_SECONDS.default,
+};
+
 /** The whole server configuration. */
 export function readConfig(env: EnvReader): Config {
   const whole = (name: keyof typeof WHOLE_NUMBERS) =>

@@ -17,6 +17,7 @@
  */
 
 import { lockoutKey } from "../client_address.ts";
+import { DEFAULT_LOCKOUT } from "../config.ts";
 import { KeyLookup } from "../key_lookup.ts";
 import type { LastUsedRecorder } from "../last_used.ts";
 import { type LockEvent, LockoutTracker } from "../lockout.ts";
@@ -37,7 +38,7 @@ export type AuthDecision =
 
 /** Options of {@linkcode createAuthenticator}. */
 export interface AuthenticatorOptions {
-  /** Default: 10 failures in 60 s lock for 5 minutes. */
+  /** Default: the configuration's defaults (DEFAULT_LOCKOUT in lib/config.ts). */
   lockout?: LockoutTracker;
   /** Notes which keys are used; written off the request path. */
   lastUsed?: LastUsedRecorder;
@@ -63,13 +64,6 @@ export interface Authenticator {
     context: { client: string; route: string },
   ): Response;
 }
-
-/** The default lock-out: 10 failures a minute lock an address for 5 minutes. */
-export const DEFAULT_LOCKOUT = {
-  maxFailures: 10,
-  windowSeconds: 60,
-  lockSeconds: 300,
-} as const;
 
 /** Builds the authentication step over a store. */
 export function createAuthenticator(
