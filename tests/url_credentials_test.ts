@@ -104,19 +104,28 @@ Deno.test("ordinary paths and queries carry no credential", () => {
 
 Deno.test("keysInUrl gives back the key decoded from every spelling, in the path and the query", () => {
   for (const [spelling, key] of Object.entries(SPELLINGS)) {
-    assert.deepEqual(keysInUrl(`/${key}`, "", 4), [KEY], spelling);
-    assert.deepEqual(keysInUrl(ROUTE, `q=${key}`, 4), [KEY], spelling);
+    assert.deepEqual(keysInUrl(`/${key}`, "", { most: 4 }), [KEY], spelling);
+    assert.deepEqual(
+      keysInUrl(ROUTE, `q=${key}`, { most: 4 }),
+      [KEY],
+      spelling,
+    );
   }
 });
 
 Deno.test("keysInUrl gives back the keys of path and query together, at most as many as asked", () => {
   const other = generateApiKey().key;
   assert.deepEqual(
-    keysInUrl(`/${escapeAll(KEY)}`, `k=${other.replace("_", "%255F")}`, 4),
+    keysInUrl(`/${escapeAll(KEY)}`, `k=${other.replace("_", "%255F")}`, {
+      most: 4,
+    }),
     [KEY, other],
   );
-  assert.deepEqual(keysInUrl(`/${KEY}/${KEY}/${KEY}`, "", 2), [KEY, KEY]);
-  assert.deepEqual(keysInUrl(ROUTE, "api_key=nothing", 4), []);
+  assert.deepEqual(keysInUrl(`/${KEY}/${KEY}/${KEY}`, "", { most: 2 }), [
+    KEY,
+    KEY,
+  ]);
+  assert.deepEqual(keysInUrl(ROUTE, "api_key=nothing", { most: 4 }), []);
 });
 
 Deno.test("loggablePath withholds a path with a key in any spelling, and never returns a key", () => {

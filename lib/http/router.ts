@@ -115,7 +115,7 @@ export function createRouter(
     const entry = table.get(path);
     if (entry) seen.route = path;
     if (urlCarriesCredential(path, query)) {
-      return authenticator.refuseKeyInUrl(keysInUrl(path, query, 4), {
+      return authenticator.refuseKeyInUrl(keysInUrl(path, query, { most: 4 }), {
         client,
         route: seen.route ?? "unrouted",
       });
