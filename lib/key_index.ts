@@ -58,7 +58,7 @@ export class KeyIndex {
    */
   mayExist(hash: string, revision: bigint): boolean | Promise<boolean> {
     if (this.#revision >= revision) return this.#prefixes.has(prefixOf(hash));
-    return this.#catchUp(revision).then(() =>
+    return this.catchUp(revision).then(() =>
       this.#prefixes.has(prefixOf(hash))
     );
   }
@@ -68,7 +68,8 @@ export class KeyIndex {
     return this.#prefixes.size;
   }
 
-  async #catchUp(revision: bigint): Promise<void> {
+  /** Resolves once the index answers for `revision` or later. */
+  async catchUp(revision: bigint): Promise<void> {
     while (this.#revision < revision) {
       this.#refreshing ??= this.#refresh().finally(() => {
         this.#refreshing = null;

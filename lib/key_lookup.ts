@@ -64,7 +64,7 @@ export class KeyLookup {
    * for it. A failure is left for the first request to meet again.
    */
   async warm(): Promise<void> {
-    await this.#index.mayExist("", await this.#revision.get());
+    await this.#index.catchUp(await this.#revision.get());
   }
 
   /**
