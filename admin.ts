@@ -39,6 +39,8 @@ export async function main(args: string[]): Promise<number> {
     await parsed.command.run(commandContext(store, parsed, { out }));
     return 0;
   } catch (error) {
+    // What a failed command queued is incomplete: only its message goes out.
+    out.discard();
     // A FILE outside ./data is a usage error too: the admin typed it.
     if (
       error instanceof UsageError ||

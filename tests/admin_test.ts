@@ -598,3 +598,23 @@ Deno.test("a reader that stops early (keys list | head) ends the listing quietly
   assert.equal(status.code, 0, stderr);
   assert.doesNotMatch(stderr, /BrokenPipe|Uncaught/);
 });
+
+Deno.test("a listing that fails puts nothing on stdout: no header without rows, no [ without ]", async () => {
+  using dir = tempDir();
+  await createKey(dir.path, "berlin");
+  // An import that died half-way: the store refuses to be listed until it is resolved.
+  const kv = await Deno.openKv(`${dir.path}/data/keys.db`);
+  await kv.set(["importing"], {
+    token: "t",
+    state: "importing",
+    startedAt: new Date().toISOString(),
+    actor: "test",
+  });
+  kv.close();
+  for (const args of [["list", "--all"], ["list", "--all", "--json"]]) {
+    const result = await keys(dir.path, args);
+    assert.equal(result.code, 1, result.stderr);
+    assert.equal(result.stdout, "", `${args.join(" ")} printed a fragment`);
+    assert.match(result.stderr, /import --abort/);
+  }
+});

@@ -39,6 +39,15 @@ export class Output {
     writeAllSync(Deno.stdout, bytes);
   }
 
+  /**
+   * Drops what is pending, for a command that failed: half a listing (a
+   * header with no rows, a `[` with no `]`) must not reach stdout.
+   */
+  discard(): void {
+    this.#chunks = [];
+    this.#size = 0;
+  }
+
   /** Writes out what is pending; a reader that went away ends the output quietly. */
   flush(): void {
     const bytes = this.#encoder.encode(this.#chunks.join(""));
