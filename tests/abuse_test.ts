@@ -235,6 +235,43 @@ Deno.test("a key in the URL path, plain or percent-encoded, on any route, is ref
   assert.ok(!server.output().includes(oneEscaped.slice(7)));
 });
 
+Deno.test("a key in the URL's authority, as userinfo in the request line or in the Host header, is refused and marked exposed", async () => {
+  using dir = tempDir();
+  const server = await startServer(dir.path);
+  const leaked = await createKey(dir.path, "userinfo");
+  const head = (target: string, host: string) =>
+    `GET ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
+  try {
+    const local = `127.0.0.1:${server.port}`;
+    assert.equal(
+      await rawStatus(
+        server.port,
+        head(`http://${leaked.key}@${local}/api/v1/health/live`, local),
+      ),
+      400,
+    );
+    assert.equal(
+      await rawStatus(
+        server.port,
+        head("/api/v1/health/live", `a?${leaked.key}`),
+      ),
+      400,
+    );
+    assert.equal(
+      await rawStatus(server.port, head("/api/v1/health/live", local)),
+      200,
+      "an ordinary authority passes",
+    );
+  } finally {
+    await server.stop();
+  }
+  const show = JSON.parse(
+    (await keys(dir.path, ["show", "userinfo", "--json"])).stdout,
+  );
+  assert.equal(show.exposedFrom, "127.0.0.1");
+  assert.ok(!server.output().includes(leaked.key.slice(4)));
+});
+
 Deno.test("keys in URLs count toward the lock-out, and a locked client gets 429 for them without any key being looked up", async () => {
   using dir = tempDir();
   await using server = await startServer(dir.path, {

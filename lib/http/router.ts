@@ -108,17 +108,23 @@ export function createRouter(
 
   async function dispatch(
     request: Request,
-    target: { path: string; query: string; client: string },
+    target: { authority: string; path: string; query: string; client: string },
     seen: { route?: string; apiKeyId?: number },
   ): Promise<Response> {
-    const { path, query, client } = target;
+    const { authority, path, query, client } = target;
     const entry = table.get(path);
     if (entry) seen.route = path;
-    if (urlCarriesCredential(path, query)) {
-      return authenticator.refuseKeyInUrl(keysInUrl(path, query, { most: 4 }), {
-        client,
-        route: seen.route ?? "unrouted",
-      });
+    // The authority too: a request line may carry userinfo (`KEY@host`) and
+    // the Host header is whatever the client wrote.
+    const located = authority + path;
+    if (urlCarriesCredential(located, query)) {
+      return authenticator.refuseKeyInUrl(
+        keysInUrl(located, query, { most: 4 }),
+        {
+          client,
+          route: seen.route ?? "unrouted",
+        },
+      );
     }
     if (!entry) return notFound();
     if (request.method === "OPTIONS") return optionsResponse(entry.allow);
@@ -157,12 +163,16 @@ export function createRouter(
 
   return async function handle(request, info) {
     const started = performance.now();
-    const { path, query } = splitTarget(request.url);
+    const { authority, path, query } = splitTarget(request.url);
     const client = clientAddress(request, info, proxies);
     const seen: { route?: string; apiKeyId?: number } = {};
     let response: Response;
     try {
-      response = await dispatch(request, { path, query, client }, seen);
+      response = await dispatch(
+        request,
+        { authority, path, query, client },
+        seen,
+      );
     } catch (error) {
       if (error instanceof StoreUnavailableError) {
         response = storeUnavailable(retryAfter);
@@ -211,15 +221,19 @@ function loggableMethod(method: string): string {
 }
 
 /**
- * The path exactly as sent and the query string. Nothing is normalised:
- * `//`, `..`, `%2e` or a trailing slash simply match no route.
+ * The authority, the path exactly as sent and the query string. Nothing is
+ * normalised: `//`, `..`, `%2e` or a trailing slash simply match no route.
  */
-function splitTarget(url: string): { path: string; query: string } {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
+function splitTarget(
+  url: string,
+): { authority: string; path: string; query: string } {
+  const from = url.indexOf("//") + 2;
+  const start = url.indexOf("/", from);
   const mark = url.indexOf("?", start);
+  const authority = url.slice(from, start);
   return mark === -1
-    ? { path: url.slice(start), query: "" }
-    : { path: url.slice(start, mark), query: url.slice(mark + 1) };
+    ? { authority, path: url.slice(start), query: "" }
+    : { authority, path: url.slice(start, mark), query: url.slice(mark + 1) };
 }
 
 // Unique per process without a random draw per request: a random prefix
