@@ -13,9 +13,10 @@ ENV DENO_NO_UPDATE_CHECK=1
 WORKDIR /app
 
 # The store lives on the /data volume, owned by the non-root deno user and
-# private to it (0700; the service also makes its files 0600). The
-# start task may touch only ./data, so /app/data points there.
-RUN mkdir -m 0700 /data && chown deno:deno /data && ln -s /data /app/data
+# private to it (0700; the service also makes its files 0600). The start
+# task derives its permissions from DENO_KV_PATH, so /data is all it may write.
+RUN mkdir -m 0700 /data && chown deno:deno /data
+ENV DENO_KV_PATH=/data/keys.db
 
 USER deno
 
@@ -26,7 +27,8 @@ USER deno
 COPY deno.json deno.lock ./
 COPY main.ts admin.ts openapi.json ./
 COPY lib/ lib/
-RUN deno install --frozen --entrypoint main.ts admin.ts
+COPY scripts/permissions.ts scripts/keys.ts scripts/
+RUN deno install --frozen --entrypoint main.ts admin.ts scripts/permissions.ts scripts/keys.ts
 
 VOLUME /data
 EXPOSE 8000

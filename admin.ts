@@ -24,6 +24,13 @@ import { commandContext } from "./lib/console/_context.ts";
 import { failure, UsageError } from "./lib/console/errors.ts";
 import { Output, report } from "./lib/console/_output.ts";
 import { parse } from "./lib/console/_parse.ts";
+import {
+  CONSOLE_VARIABLES,
+  consoleGrants,
+  PermissionsMissingError,
+  requireGrants,
+  variableGrants,
+} from "./lib/permissions.ts";
 
 /** Runs the console with the given arguments; returns the exit code. */
 export async function main(args: string[]): Promise<number> {
@@ -35,7 +42,12 @@ export async function main(args: string[]): Promise<number> {
       out.line(parsed.help);
       return 0;
     }
-    store = await openStore(readStoreLocation(processEnv));
+    const refusal = { task: "keys", entrypoint: "admin.ts" };
+    requireGrants(variableGrants(CONSOLE_VARIABLES), refusal);
+    const location = readStoreLocation(processEnv);
+    const files = parsed.command.files?.(parsed.positionals);
+    requireGrants(consoleGrants(location, files), refusal);
+    store = await openStore(location);
     await parsed.command.run(commandContext(store, parsed, { out }));
     return 0;
   } catch (error) {
@@ -49,7 +61,9 @@ export async function main(args: string[]): Promise<number> {
       report(error.message);
       return 2;
     }
-    report(failure(error));
+    report(
+      error instanceof PermissionsMissingError ? error.message : failure(error),
+    );
     return 1;
   } finally {
     out.flush();
@@ -57,6 +71,20 @@ export async function main(args: string[]): Promise<number> {
   }
 }
 
+/**
+ * Ends the console when whoever started it is gone: `deno task keys` runs
+ * it under a small launcher, and a launcher killed outright (SIGKILL, which
+ * it cannot pass on) must not leave an import or a prompt running unseen.
+ */
+function exitWithParent(): void {
+  const parent = Deno.ppid;
+  const timer = setInterval(() => {
+    if (Deno.ppid !== parent) Deno.exit(1);
+  }, 50);
+  Deno.unrefTimer(timer);
+}
+
 if (import.meta.main) {
+  exitWithParent();
   Deno.exit(await main(Deno.args));
 }

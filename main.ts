@@ -9,13 +9,28 @@ import { ConfigError, processEnv, readConfig } from "./lib/config.ts";
 import { createHandler } from "./lib/handler.ts";
 import { LastUsedRecorder } from "./lib/last_used.ts";
 import { LockoutTracker } from "./lib/lockout.ts";
+import {
+  PermissionsMissingError,
+  requireGrants,
+  SERVER_VARIABLES,
+  serverGrants,
+  variableGrants,
+} from "./lib/permissions.ts";
 import { JsonLog } from "./lib/log.ts";
 import { serveGuarded, ServeUnsupportedError } from "./lib/serve.ts";
 import { openStore } from "./lib/store/open.ts";
 
+/** The start task's own flags, for the command a refusal prints. */
+const RUN_FLAGS = ["-q", "--no-prompt", "--env-file"];
+
 /** Starts the server; resolves once it has stopped after SIGTERM or SIGINT. */
 export async function serve(): Promise<void> {
+  const refusal = { task: "start", entrypoint: "main.ts", runFlags: RUN_FLAGS };
+  // Unreadable, a variable would quietly count as unset and its default apply.
+  requireGrants(variableGrants(SERVER_VARIABLES), refusal);
   const config = readConfig(processEnv);
+  // Before anything listens or opens: one line naming what is missing.
+  requireGrants(serverGrants(config), refusal);
   const log = new JsonLog();
   const tls = config.tls && {
     cert: await Deno.readTextFile(config.tls.certFile),
@@ -94,9 +109,9 @@ if (import.meta.main) {
 function startFailure(error: unknown): string {
   if (error instanceof ConfigError) return error.message;
   if (error instanceof ServeUnsupportedError) return error.message;
+  if (error instanceof PermissionsMissingError) return error.message;
   if (error instanceof Deno.errors.NotCapable) {
-    return `The start was refused a permission: ${error.message}; ` +
-      `the start task may only listen on 0.0.0.0, 127.0.0.1 or [::] and read ./data, so keep HOST, DENO_KV_PATH and TLS files within those or run main.ts with matching --allow flags`;
+    return `The start was refused a permission the configuration did not name (${error.message}); start it with deno task start`;
   }
   if (error instanceof Deno.errors.NotFound) {
     return `A file the configuration names does not exist: ${error.message}; check TLS_CERT_FILE and TLS_KEY_FILE`;

@@ -31,6 +31,8 @@ export class BackupError extends Error {
 }
 
 const EXPORT_FORMAT = "integration-service-keys";
+/** FILE as stdout for an export, stdin for an import. */
+const STDOUT = "-";
 const EXPORT_VERSION = 1;
 /** No line of an export comes near this; a longer one is not an export. */
 const MAX_LINE_CHARS = 1024 * 1024;
@@ -54,14 +56,14 @@ export function counted(summary: { keys: number; audit: number }): string {
 function fileProblem(error: unknown, file: string, verb: string): unknown {
   if (error instanceof Deno.errors.NotCapable) {
     return new BackupError(
-      `FILE must be under ./data, where the keys task may read and write, not ${
+      `This process may not touch ${
         JSON.stringify(file)
-      }; use a path such as ./data/backup.jsonl`,
+      }; run the command through deno task keys, which grants access to the FILE it names`,
     );
   }
   if (error instanceof Deno.errors.PermissionDenied) {
     return new BackupError(
-      `${file} cannot be ${verb} by this user (${error.message}); check the owner and mode of ./data`,
+      `${file} cannot be ${verb} by this user (${error.message}); check the owner and mode of the file and its folder`,
     );
   }
   return error;
@@ -86,11 +88,11 @@ class Progress {
 
 /** Batches lines into few writes. */
 class LineWriter {
-  #file: Deno.FsFile;
+  #file: { write(bytes: Uint8Array): Promise<number> };
   #chunks: string[] = [];
   #size = 0;
 
-  constructor(file: Deno.FsFile) {
+  constructor(file: { write(bytes: Uint8Array): Promise<number> }) {
     this.#file = file;
   }
 
@@ -157,12 +159,13 @@ export async function exportTo(
   file: string,
   options: { actor: string },
 ): Promise<BackupSummary> {
+  if (file === STDOUT) return await exportToStdout(store, options);
   const { folder, base } = splitPath(file);
   if (base === "" || base === "." || base === "..") {
     throw new BackupError(
       `FILE must name a file, not ${
         JSON.stringify(file)
-      }; use a path such as ./data/backup.jsonl`,
+      }; use a path such as /var/backups/keys.jsonl`,
       { usage: true },
     );
   }
@@ -189,6 +192,62 @@ export async function exportTo(
   }
 }
 
+/**
+ * The export on stdout, streamed: it cannot be begun again once written, so
+ * when keys change meanwhile it stops before the end line (which an import
+ * requires) and says so.
+ */
+async function exportToStdout(
+  store: KeyStore,
+  options: { actor: string },
+): Promise<BackupSummary> {
+  const before = await store.revision();
+  const writer = new LineWriter(Deno.stdout);
+  const summary = await writeLines(store, writer, {
+    file: "stdout",
+    actor: options.actor,
+  });
+  if (await store.revision() !== before) {
+    await writer.flush();
+    throw new BackupError(
+      "Keys changed during the export, so it stopped before its end line and an import will refuse what was written; export again when no one is changing keys",
+    );
+  }
+  await writer.line(
+    JSON.stringify({ type: "end", keys: summary.keys, audit: summary.audit }),
+  );
+  await writer.flush();
+  return summary;
+}
+
+/** The header and every item, without the end line. */
+async function writeLines(
+  store: KeyStore,
+  writer: LineWriter,
+  target: { file: string; actor: string },
+): Promise<BackupSummary> {
+  const summary: BackupSummary = {
+    file: target.file,
+    keys: 0,
+    audit: 0,
+    exportedAt: new Date().toISOString(),
+  };
+  await writer.line(JSON.stringify({
+    format: EXPORT_FORMAT,
+    version: EXPORT_VERSION,
+    exportedAt: summary.exportedAt,
+    exportedBy: target.actor,
+  }));
+  const progress = new Progress("Exported");
+  for await (const item of store.exportAll()) {
+    await writer.line(JSON.stringify(item));
+    if (item.type === "key") summary.keys++;
+    else summary.audit++;
+    progress.tick(summary);
+  }
+  return summary;
+}
+
 async function writeExport(
   store: KeyStore,
   target: { file: string; folder: string; temp: string; actor: string },
@@ -206,32 +265,15 @@ async function writeExport(
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) {
       throw new BackupError(
-        `The folder ${folder} of FILE does not exist; create it or use a path such as ./data/backup.jsonl`,
+        `The folder ${folder} of FILE does not exist; create it or use a path such as /var/backups/keys.jsonl`,
       );
     }
     throw fileProblem(error, file, "written");
   }
-  const summary: BackupSummary = {
-    file,
-    keys: 0,
-    audit: 0,
-    exportedAt: new Date().toISOString(),
-  };
+  let summary: BackupSummary;
   try {
     const writer = new LineWriter(handle);
-    await writer.line(JSON.stringify({
-      format: EXPORT_FORMAT,
-      version: EXPORT_VERSION,
-      exportedAt: summary.exportedAt,
-      exportedBy: target.actor,
-    }));
-    const progress = new Progress("Exported");
-    for await (const item of store.exportAll()) {
-      await writer.line(JSON.stringify(item));
-      if (item.type === "key") summary.keys++;
-      else summary.audit++;
-      progress.tick(summary);
-    }
+    summary = await writeLines(store, writer, target);
     await writer.line(
       JSON.stringify({ type: "end", keys: summary.keys, audit: summary.audit }),
     );
@@ -281,6 +323,9 @@ export async function importFrom(
   file: string,
   options: { actor: string },
 ): Promise<BackupSummary> {
+  if (file === STDOUT) {
+    return await readImport(store, "stdin", Deno.stdin, options);
+  }
   let handle: Deno.FsFile;
   try {
     handle = await Deno.open(file, { read: true });
@@ -293,6 +338,15 @@ export async function importFrom(
     throw fileProblem(error, file, "read");
   }
   using _ = handle;
+  return await readImport(store, file, handle, options);
+}
+
+async function readImport(
+  store: KeyStore,
+  file: string,
+  handle: { read(buffer: Uint8Array): Promise<number | null> },
+  options: { actor: string },
+): Promise<BackupSummary> {
   const reader = new ExportReader(file, handle);
   try {
     const counts = await store.importAll(reader.items(), options);
@@ -309,13 +363,16 @@ export async function importFrom(
 
 class ExportReader {
   #file: string;
-  #handle: Deno.FsFile;
+  #handle: { read(buffer: Uint8Array): Promise<number | null> };
   /** The line being handled; 0 before the first. */
   #line = 0;
   #done = false;
   exportedAt: string | null = null;
 
-  constructor(file: string, handle: Deno.FsFile) {
+  constructor(
+    file: string,
+    handle: { read(buffer: Uint8Array): Promise<number | null> },
+  ) {
     this.#file = file;
     this.#handle = handle;
   }

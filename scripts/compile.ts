@@ -1,48 +1,85 @@
 /**
- * `deno task compile`: the single binary, with exactly the permissions and
- * V8 flags of `deno task start`, read from deno.json so they are written
- * once. `--env-file` is left out on purpose: `deno compile` would embed the
- * building machine's .env, secrets included; the binary reads its settings
- * from the environment it starts in.
+ * `deno task compile`: the single binary, with the permissions the
+ * configuration in the environment needs (the same derivation as
+ * `deno task start`, from lib/permissions.ts) and the start task's V8 flags,
+ * read from deno.json so they are written once. A binary cannot derive its
+ * permissions when it starts, so it is compiled for one configuration and
+ * refuses another with the command that compiles it again.
+ *
+ * `--env-file` is left out of the compile on purpose: `deno compile` would
+ * embed the building machine's .env, secrets included; the binary reads its
+ * settings from the environment it starts in.
  *
  * @module
  */
 
-/** Flags of the start task the binary must carry. */
-const CARRIED = /^(--allow-|--deny-|--v8-flags=)/;
+import {
+  ConfigError,
+  type EnvReader,
+  processEnv,
+  readConfig,
+} from "../lib/config.ts";
+import {
+  type Grant,
+  permissionFlags,
+  serverGrants,
+} from "../lib/permissions.ts";
 
-/** The start task's permission and V8 flags, from deno.json. */
-export function startFlags(
-  denoJson: { tasks: Record<string, string> },
-): string[] {
+/** The start task's V8 flags, from deno.json. */
+export function v8Flags(denoJson: { tasks: Record<string, string> }): string[] {
   return denoJson.tasks.start.trim().split(/\s+/).filter((word) =>
-    CARRIED.test(word)
+    word.startsWith("--v8-flags=")
   );
 }
 
-/** The whole `deno compile` command line, after `deno`. */
+/** The whole `deno compile` command line, after `deno`, for the configuration `env` describes. */
 export function compileArgs(
   denoJson: { tasks: Record<string, string> },
+  env: EnvReader,
   options: { output?: string } = {},
 ): string[] {
   return [
     "compile",
     "--unstable-kv",
-    ...startFlags(denoJson),
+    "--no-prompt",
+    ...v8Flags(denoJson),
+    ...permissionFlags(serverGrants(readConfig(env))),
     "--output",
     options.output ?? "dist/integration-service",
     "main.ts",
   ];
 }
 
+/** One line per grant, for the operator to see what the binary may do. */
+function describeGrants(grants: Grant[]): string {
+  return grants.filter((grant) => grant.kind !== "env").map((grant) =>
+    `  ${grant.kind} ${grant.value} (${grant.by})`
+  ).join("\n");
+}
+
 async function main(): Promise<number> {
   const denoJson = JSON.parse(await Deno.readTextFile("deno.json"));
+  let args: string[];
+  try {
+    args = compileArgs(denoJson, processEnv);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    console.error(error.message);
+    return 1;
+  }
   const output = await new Deno.Command(Deno.execPath(), {
-    args: compileArgs(denoJson),
+    args,
     stdout: "inherit",
     stderr: "piped",
   }).output();
-  if (output.success) return 0;
+  if (output.success) {
+    console.error(
+      `Built dist/integration-service for this configuration; it may:\n${
+        describeGrants(serverGrants(readConfig(processEnv)))
+      }\nand nothing else. Compile again after changing any of those settings.`,
+    );
+    return 0;
+  }
   const stderr = new TextDecoder().decode(output.stderr);
   if (runtimeNotDownloaded(stderr)) {
     console.error(

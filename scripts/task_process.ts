@@ -14,15 +14,79 @@ const DENO_JSON = JSON.parse(
   await Deno.readTextFile(new URL("deno.json", ROOT)),
 ) as { tasks: Record<string, string> };
 
-/** The arguments of a deno.json task after `deno`, with its entrypoint made absolute. */
-export function taskArgs(task: string): string[] {
+/**
+ * The arguments of a deno.json task after `deno`, with its entrypoint made
+ * absolute, as Deno's task runner would run it in `cwd` with `env`: a
+ * `$(deno …)` in it (the start task derives its permissions so) is run
+ * first and its output split into words, as the task runner does.
+ */
+export function taskArgs(
+  task: string,
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): string[] {
   const command = DENO_JSON.tasks[task];
   assert(command, `deno.json has no task ${task}`);
-  const [deno, ...args] = command.split(/\s+/);
+  const [deno, ...args] = words(command, options);
   assert.equal(deno, "deno", `task ${task} must run deno directly`);
   return args.map((arg) =>
     /^[\w/]+\.ts$/.test(arg) ? new URL(arg, ROOT).pathname : arg
   );
+}
+
+/** The words of a task's command line: quotes, and `$(…)` run and split. */
+function words(
+  line: string,
+  options: { cwd?: string; env?: Record<string, string> },
+): string[] {
+  const out: string[] = [];
+  let word: string | null = null;
+  for (let i = 0; i < line.length;) {
+    const c = line[i];
+    if (/\s/.test(c)) {
+      if (word !== null) out.push(word);
+      word = null;
+      i++;
+    } else if (c === '"' || c === "'") {
+      const end = line.indexOf(c, i + 1);
+      assert(end > i, `unclosed quote in ${line}`);
+      word = (word ?? "") + line.slice(i + 1, end);
+      i = end + 1;
+    } else if (line.startsWith("$(", i)) {
+      let depth = 1;
+      let end = i + 2;
+      for (; depth > 0; end++) {
+        assert(end < line.length, `unclosed $( in ${line}`);
+        if (line[end] === "(") depth++;
+        if (line[end] === ")") depth--;
+      }
+      const [deno, ...inner] = words(line.slice(i + 2, end - 1), options);
+      assert.equal(deno, "deno", "a task may only substitute deno's output");
+      const output = new Deno.Command(Deno.execPath(), {
+        args: inner.map((arg) =>
+          /^[\w/]+\.ts$/.test(arg) ? new URL(arg, ROOT).pathname : arg
+        ),
+        cwd: options.cwd,
+        env: options.env,
+        stdout: "piped",
+        stderr: "inherit",
+      }).outputSync();
+      const text = new TextDecoder().decode(output.stdout).trim();
+      const split = text === "" ? [] : text.split(/\s+/);
+      if (split.length > 0) {
+        word = (word ?? "") + split[0];
+        for (const next of split.slice(1)) {
+          out.push(word);
+          word = next;
+        }
+      }
+      i = end;
+    } else {
+      word = (word ?? "") + c;
+      i++;
+    }
+  }
+  if (word !== null) out.push(word);
+  return out;
 }
 
 /** A fresh working folder, removed when the `using` scope ends. */
@@ -56,7 +120,7 @@ export interface TaskOptions {
 export function taskCommand(task: string, options: TaskOptions): Deno.Command {
   const { cwd, args = [], env = {} } = options;
   return new Deno.Command(Deno.execPath(), {
-    args: [...taskArgs(task), ...args],
+    args: [...taskArgs(task, { cwd, env }), ...args],
     cwd,
     env,
     stdin: options.stdin ?? "null",
@@ -146,9 +210,9 @@ export async function startServer(
         "-c",
         `ulimit -n ${options.openFiles} && exec "$0" "$@"`,
         Deno.execPath(),
-        ...taskArgs(task),
+        ...taskArgs(task, { cwd, env: { PORT: "0", ...env } }),
       ]
-      : taskArgs(task),
+      : taskArgs(task, { cwd, env: { PORT: "0", ...env } }),
     cwd,
     env: { PORT: "0", ...env },
     stdin: "null",

@@ -1,8 +1,10 @@
 /**
  * The three ways to run the server, `deno task start`, the compiled binary
  * (`deno task compile`) and the Docker image, must grant the same
- * permissions to the same entrypoint. They are written once, in the start
- * task: the image runs the task, and scripts/compile.ts reads its flags. Docker and `deno compile`
+ * permissions to the same entrypoint. They are derived once, from the
+ * configuration, by lib/permissions.ts: the start task asks
+ * scripts/permissions.ts for them, the image runs the task, and
+ * scripts/compile.ts derives them when it builds. Docker and `deno compile`
  * cannot run here (no engine; the compile runtime is downloaded from a host
  * this machine cannot reach), so their definitions are read and compared.
  *
@@ -21,7 +23,7 @@ import assert from "node:assert/strict";
 import { readConfig, readStoreLocation } from "../lib/config.ts";
 import { compileArgs } from "../scripts/compile.ts";
 import { localGraph } from "./support/module_graph.ts";
-import { startServer, tempDir } from "./support/processes.ts";
+import { startServer, taskArgs, tempDir } from "./support/processes.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const read = (path: string) => Deno.readTextFile(new URL(path, ROOT));
@@ -114,41 +116,72 @@ function denoCommand(words: string[]): DenoCommand {
   };
 }
 
-function task(name: string): DenoCommand {
-  assert.ok(DENO_JSON.tasks[name], `deno.json has a ${name} task`);
-  return denoCommand(DENO_JSON.tasks[name].trim().split(/\s+/));
+/** The start task as the task runner runs it for the configuration `env`. */
+function start(env: Record<string, string> = {}): DenoCommand {
+  using dir = tempDir();
+  const command = denoCommand([
+    "deno",
+    ...taskArgs("start", { cwd: dir.path, env }),
+  ]);
+  return { ...command, entrypoint: command.entrypoint.replace(/^.*\//, "") };
 }
+
+/** Configurations an operator writes: the defaults, and paths, hosts and URLs elsewhere. */
+const CONFIGURATIONS: Record<string, string>[] = [
+  {},
+  {
+    DENO_KV_PATH: "/var/lib/integration/keys.db",
+    HOST: "localhost",
+    PORT: "8443",
+    TLS_CERT_FILE: "/etc/integration/tls/cert.pem",
+    TLS_KEY_FILE: "/etc/integration/tls/key.pem",
+  },
+  { HOST: "::1", DATABASE_URL: "postgres://app:secret@localhost:5433/keys" },
+  {
+    DENO_KV_PATH: "https://kv.example.com/databases/1/connect",
+    HOST: "10.0.0.7",
+  },
+];
 
 Deno.test("the Docker image runs the start task itself, so its permissions are the task's", () => {
   const cmds = all("CMD");
   assert.equal(cmds.length, 1, "one CMD");
   assert.deepEqual(execForm(cmds[0]), ["deno", "task", "-q", "start"]);
-  assert.equal(task("start").entrypoint, "main.ts");
+  assert.equal(start().entrypoint, "main.ts");
   // The base image's ENTRYPOINT (tini) must stay, to pass SIGTERM on.
   assert.deepEqual(all("ENTRYPOINT"), []);
 });
 
-Deno.test("the binary gets the start task's permissions and V8 flags, with KV on and no build-time .env", () => {
-  const start = task("start");
-  const compile = denoCommand(["deno", ...compileArgs(DENO_JSON)]);
-  assert.equal(compile.subcommand, "compile");
-  assert.deepEqual(compile.permissions, start.permissions);
-  assert.ok(start.permissions.length > 0, "the start task grants permissions");
-  assert.equal(compile.entrypoint, start.entrypoint);
-  assert.deepEqual(compile.scriptArgs, []);
-  assert.ok(compile.flags.includes("--unstable-kv"), "--unstable-kv");
-  const v8 = (c: DenoCommand) =>
-    c.flags.filter((f) => f.startsWith("--v8-flags"));
-  assert.deepEqual(v8(compile), v8(start));
-  assert.ok(v8(start).length > 0, "the start task sets its V8 flags");
-  assert.ok(
-    compile.flags.includes("--output=dist/integration-service"),
-    compile.flags.join(" "),
-  );
-  assert.ok(
-    !compile.flags.some((f) => f.startsWith("--env-file")),
-    "deno compile would embed the builder's .env in the binary",
-  );
+Deno.test("the binary gets the permissions the start task derives for the same configuration, its V8 flags, KV and no build-time .env", () => {
+  for (const env of CONFIGURATIONS) {
+    const task = start(env);
+    const compile = denoCommand([
+      "deno",
+      ...compileArgs(DENO_JSON, (name) => env[name]),
+    ]);
+    assert.equal(compile.subcommand, "compile");
+    assert.deepEqual(
+      compile.permissions,
+      task.permissions,
+      JSON.stringify(env),
+    );
+    assert.ok(task.permissions.length > 0, "the start task grants permissions");
+    assert.equal(compile.entrypoint, task.entrypoint);
+    assert.deepEqual(compile.scriptArgs, []);
+    assert.ok(compile.flags.includes("--unstable-kv"), "--unstable-kv");
+    const v8 = (c: DenoCommand) =>
+      c.flags.filter((f) => f.startsWith("--v8-flags"));
+    assert.deepEqual(v8(compile), v8(task));
+    assert.ok(v8(task).length > 0, "the start task sets its V8 flags");
+    assert.ok(
+      compile.flags.includes("--output=dist/integration-service"),
+      compile.flags.join(" "),
+    );
+    assert.ok(
+      !compile.flags.some((f) => f.startsWith("--env-file")),
+      "deno compile would embed the builder's .env in the binary",
+    );
+  }
 });
 
 Deno.test("without DENO_KV_PATH the server keeps its keys on disk, inside the folder every variant may write", () => {
@@ -160,8 +193,8 @@ Deno.test("without DENO_KV_PATH the server keeps its keys on disk, inside the fo
   assert.notEqual(path, ":memory:");
   const relative = path.replace(/^\.\//, "");
   const variants = {
-    start: task("start"),
-    compile: denoCommand(["deno", ...compileArgs(DENO_JSON)]),
+    start: start(),
+    compile: denoCommand(["deno", ...compileArgs(DENO_JSON, unset)]),
   };
   for (const [name, command] of Object.entries(variants)) {
     const writable = command.permissions
@@ -175,7 +208,7 @@ Deno.test("without DENO_KV_PATH the server keeps its keys on disk, inside the fo
   }
 });
 
-Deno.test("the image keeps ./data on the /data volume, runs as the deno user and exposes the default port", () => {
+Deno.test("the image keeps the store on the /data volume, runs as the deno user and exposes the default port", () => {
   const user = all("USER").at(-1);
   assert.equal(user, "deno");
   const volumes = all("VOLUME").flatMap((v) =>
@@ -184,9 +217,15 @@ Deno.test("the image keeps ./data on the /data volume, runs as the deno user and
   assert.ok(volumes.includes("/data"), `VOLUME ${volumes.join(" ")}`);
   const workdir = all("WORKDIR").at(-1);
   assert.ok(workdir?.startsWith("/"), "an absolute WORKDIR");
+  const env = all("ENV").join(" ");
+  const path = env.match(/\bDENO_KV_PATH=(\S+)/)?.[1];
   assert.ok(
-    all("RUN").some((run) => run.includes(`ln -s /data ${workdir}/data`)),
-    `${workdir}/data, the start task's ./data, leads to /data`,
+    path?.startsWith("/data/"),
+    `ENV DENO_KV_PATH=${path} is on the volume`,
+  );
+  // The start task derives its permissions from DENO_KV_PATH, so /data is what it may write.
+  assert.ok(
+    start({ DENO_KV_PATH: path! }).permissions.includes("--allow-write=/data"),
   );
   const port = String(readConfig(() => undefined).port);
   assert.ok(
@@ -226,6 +265,9 @@ Deno.test("the image copies every module the server and the console load, and ca
   const needed = new Set([
     ...await localModules("main.ts"),
     ...await localModules("admin.ts"),
+    // The start and keys tasks run these before the server and the console.
+    ...await localModules("scripts/permissions.ts"),
+    ...await localModules("scripts/keys.ts"),
     "deno.json",
     "deno.lock",
   ]);

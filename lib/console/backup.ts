@@ -6,15 +6,16 @@
  */
 
 import { counted, exportTo, importFrom } from "../backup.ts";
-import { type Command, FILE_ARGUMENT } from "./command.ts";
+import { type Command, FILE_ARGUMENT, STDIO } from "./command.ts";
 import { UsageError } from "./errors.ts";
 
 /** The --help lines both commands share. */
 const FILE_NOTES = [
   "",
-  "FILE must be under ./data: the keys task may read and write nowhere else.",
-  "The file holds every key record (hashes and e-mail addresses, never keys)",
-  "and the audit log, one JSON value a line: keep it as private as the store.",
+  "The keys task may read or write FILE (export: its folder) and nothing else",
+  "besides the store. The file holds every key record (hashes and e-mail",
+  "addresses, never keys) and the audit log, one JSON value a line: keep it as",
+  "private as the store.",
 ];
 
 /** `keys export FILE`. */
@@ -27,8 +28,19 @@ export const exportCommand: Command = {
     ...FILE_NOTES,
     "An existing FILE is never overwritten, and the file appears under its",
     'name only once complete. Restore it with "keys import FILE".',
+    "",
+    "FILE - writes the export to stdout, to pipe it elsewhere:",
+    "  deno task keys export - | ssh backup-host 'cat > keys.jsonl'",
+    "If keys change meanwhile it stops without the end line, so that an import",
+    "refuses what was written, and exits 1.",
   ],
+  files: ([file]) => file === STDIO ? {} : { write: [file] },
   async run({ store, positionals, json, out, actor }) {
+    if (positionals[0] === STDIO && json) {
+      throw new UsageError(
+        "export - writes the export itself to stdout; leave out --json",
+      );
+    }
     const summary = await exportTo(store, positionals[0], { actor });
     if (json) out.line(JSON.stringify(summary));
     console.error(
@@ -56,7 +68,12 @@ export const importCommand: Command = {
     "and no key of the file works before the whole file is in. Only one",
     "import runs at a time. If an import was killed, no key works and every",
     'change is refused until "keys import --abort" empties the store again.',
+    "",
+    "FILE - reads the export from stdin:",
+    "  deno task keys import - < /var/backups/keys.jsonl",
   ],
+  files: ([file]) =>
+    file === undefined || file === STDIO ? {} : { read: [file] },
   async run({ store, values, positionals, json, out, actor }) {
     if (values.abort === true) {
       if (positionals.length > 0) {

@@ -28,6 +28,11 @@ export interface Command {
   positionals: [min: number, max: number, name?: string];
   /** Lines the command's --help adds after the options. */
   notes?: string[];
+  /**
+   * The files its arguments name, which the keys task grants it access to
+   * (and nothing else on disk besides the store).
+   */
+  files?(positionals: string[]): { read?: string[]; write?: string[] };
   /** Does the work; throws a UsageError or a CommandError to fail. */
   run(ctx: Context): Promise<void>;
 }
@@ -72,7 +77,11 @@ export const YES_OPTION: OptionSpec = {
 export const KEY_ARGUMENT = "KEY (an id or a name)";
 
 /** The argument of export and import. */
-export const FILE_ARGUMENT = "FILE (under ./data, such as ./data/backup.jsonl)";
+export const FILE_ARGUMENT =
+  "FILE (a path such as /var/backups/keys.jsonl, or - for stdout or stdin)";
+
+/** The argument that stands for stdout (export) or stdin (import). */
+export const STDIO = "-";
 
 /** The --help lines of the commands that ask first. */
 export const CONFIRM_NOTES = [

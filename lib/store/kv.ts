@@ -32,6 +32,7 @@
  * @module
  */
 
+import { DEFAULT_KV_PATH } from "../config.ts";
 import { ImportChecker } from "./_import_check.ts";
 import {
   ImportItemError,
@@ -113,7 +114,10 @@ export async function openKvStore(path: string): Promise<KvKeyStore> {
     return new KvKeyStore(await Deno.openKv(path));
   }
   const folder = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
-  if (folder !== "") {
+  // The service's own folder is made private; a folder the operator chose,
+  // such as /var/lib, keeps its mode unless created here (the files in it
+  // are private either way).
+  if (folder !== "" && (path === DEFAULT_KV_PATH || !await exists(folder))) {
     await Deno.mkdir(folder, { recursive: true, mode: 0o700 });
     await Deno.chmod(folder, 0o700);
   }
@@ -130,6 +134,16 @@ export async function openKvStore(path: string): Promise<KvKeyStore> {
     }
   }
   return new KvKeyStore(kv);
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.lstat(path);
+    return true;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
+  }
 }
 
 /** {@linkcode KeyStore} on Deno KV. */

@@ -1,0 +1,279 @@
+/**
+ * The Deno permissions a configuration needs, derived from it rather than
+ * written by hand: the start and keys tasks, the Docker image and the
+ * compiled binary all get exactly these, so an operator may put the store,
+ * the TLS files and the database wherever they like while the process may
+ * touch nothing else.
+ *
+ * Each grant remembers the setting that asked for it, so that a refusal can
+ * name the variable to change and the command that would grant it.
+ *
+ * @module
+ */
+
+import type { Config, StoreLocation } from "./config.ts";
+import { ConfigError } from "./config.ts";
+
+/** One permission, and the setting (a variable or an argument) that needs it. */
+export interface Grant {
+  kind: "net" | "read" | "write" | "env" | "sys";
+  /** A host:port, a path, a variable name or a sys call, as Deno's flags take it. */
+  value: string;
+  /** What asks for it, named in a refusal: `DENO_KV_PATH`, `FILE`… */
+  by: string;
+}
+
+/** The variables the server reads: each is granted, so that each can be refused with a reason. */
+export const SERVER_VARIABLES = [
+  "PORT",
+  "HOST",
+  "DENO_KV_PATH",
+  "DATABASE_URL",
+  "TRUSTED_PROXIES",
+  "TRUST_PROXY_HOPS",
+  "LOCKOUT_MAX_FAILURES",
+  "LOCKOUT_WINDOW_SECONDS",
+  "LOCKOUT_SECONDS",
+  "TLS_CERT_FILE",
+  "TLS_KEY_FILE",
+  "HEADER_TIMEOUT_SECONDS",
+  "IDLE_TIMEOUT_SECONDS",
+  "MAX_CONNECTIONS",
+] as const;
+
+/** The variables the console reads: the store's, and who is acting (for the audit log). */
+export const CONSOLE_VARIABLES = [
+  "DENO_KV_PATH",
+  "DATABASE_URL",
+  "USER",
+  "LOGNAME",
+  "NO_COLOR",
+] as const;
+
+/** What the server needs: its listening address, its store, its TLS files, its variables. */
+export function serverGrants(config: Config): Grant[] {
+  const grants: Grant[] = [
+    ...SERVER_VARIABLES.map((name) => env(name)),
+    {
+      kind: "net",
+      value: hostPort(config.hostname, config.port),
+      by: "HOST and PORT",
+    },
+    ...storeGrants(config.store),
+  ];
+  if (config.tls) {
+    grants.push(
+      { kind: "read", value: config.tls.certFile, by: "TLS_CERT_FILE" },
+      { kind: "read", value: config.tls.keyFile, by: "TLS_KEY_FILE" },
+    );
+  }
+  return checked(grants);
+}
+
+/**
+ * What the console needs: its store, who is acting, and the files its
+ * command line names (`keys export FILE` writes beside FILE, as it writes a
+ * temporary file first; `keys import FILE` reads FILE).
+ */
+export function consoleGrants(
+  store: StoreLocation,
+  options: { read?: string[]; write?: string[] } = {},
+): Grant[] {
+  const grants: Grant[] = [
+    ...CONSOLE_VARIABLES.map((name) => env(name)),
+    { kind: "sys", value: "hostname", by: "the audit log" },
+    { kind: "sys", value: "uid", by: "the audit log" },
+    ...storeGrants(store),
+  ];
+  for (const file of options.read ?? []) {
+    grants.push({ kind: "read", value: file, by: "FILE" });
+  }
+  for (const file of options.write ?? []) {
+    // An export writes a temporary file beside FILE and links it into place.
+    grants.push(
+      { kind: "read", value: folderOf(file), by: "FILE" },
+      { kind: "write", value: folderOf(file), by: "FILE" },
+    );
+  }
+  return checked(grants);
+}
+
+function storeGrants(store: StoreLocation): Grant[] {
+  if (store.kind === "postgres") {
+    const url = new URL(store.url);
+    return [
+      {
+        kind: "net",
+        value: hostPort(url.hostname, Number(url.port || 5432)),
+        by: "DATABASE_URL",
+      },
+      // The driver reads it for the connection's name in pg_stat_activity.
+      env("PGAPPNAME"),
+    ];
+  }
+  if (store.path === ":memory:") return [];
+  if (/^https?:\/\//i.test(store.path)) {
+    const url = new URL(store.path);
+    const port = url.port || (url.protocol === "https:" ? "443" : "80");
+    return [
+      {
+        kind: "net",
+        value: hostPort(url.hostname, Number(port)),
+        by: "DENO_KV_PATH",
+      },
+      // Deno reads the token itself when it connects to a remote KV.
+      env("DENO_KV_ACCESS_TOKEN", "DENO_KV_PATH"),
+    ];
+  }
+  // SQLite keeps -wal and -shm beside the file, and the store creates the
+  // folder when it is missing: the folder is what it needs.
+  const folder = folderOf(store.path);
+  return [
+    { kind: "read", value: folder, by: "DENO_KV_PATH" },
+    { kind: "write", value: folder, by: "DENO_KV_PATH" },
+  ];
+}
+
+function env(name: string, by = name): Grant {
+  return { kind: "env", value: name, by };
+}
+
+/** Read access to each variable named. */
+export function variableGrants(names: readonly string[]): Grant[] {
+  return names.map((name) => env(name));
+}
+
+/** `host:port` as Deno's --allow-net takes it, IPv6 in brackets. */
+function hostPort(hostname: string, port: number): string {
+  const host = hostname.replace(/^\[(.*)\]$/, "$1");
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** The folder a path is in, "." for a bare file name. */
+export function folderOf(path: string): string {
+  const slash = path.lastIndexOf("/");
+  if (slash < 0) return ".";
+  return slash === 0 ? "/" : path.slice(0, slash);
+}
+
+/** Deno's flags list values with commas, so a value holding one cannot be granted. */
+function checked(grants: Grant[]): Grant[] {
+  for (const grant of grants) {
+    if (grant.value.includes(",")) {
+      throw new ConfigError(
+        `${grant.by} names ${
+          JSON.stringify(grant.value)
+        }, and Deno's permission flags cannot name a path or host with a comma; use one without`,
+      );
+    }
+  }
+  return grants;
+}
+
+const FLAG_ORDER: Grant["kind"][] = ["net", "read", "write", "env", "sys"];
+
+/** The grants as `--allow-…` flags, one per kind, each value once. */
+export function permissionFlags(grants: Grant[]): string[] {
+  return FLAG_ORDER.flatMap((kind) => {
+    const values = [
+      ...new Set(grants.filter((g) => g.kind === kind).map((g) => g.value)),
+    ];
+    return values.length === 0 ? [] : [`--allow-${kind}=${values.join(",")}`];
+  });
+}
+
+/** The grants this process does not hold. */
+export function missingGrants(grants: Grant[]): Grant[] {
+  return grants.filter((grant) =>
+    Deno.permissions.querySync(descriptor(grant)).state !== "granted"
+  );
+}
+
+function descriptor(grant: Grant): Deno.PermissionDescriptor {
+  switch (grant.kind) {
+    case "net":
+      return { name: "net", host: grant.value };
+    case "read":
+      return { name: "read", path: grant.value };
+    case "write":
+      return { name: "write", path: grant.value };
+    case "env":
+      return { name: "env", variable: grant.value };
+    case "sys":
+      return { name: "sys", kind: grant.value as "hostname" };
+  }
+}
+
+/** A permission the configuration needs and the process lacks; its message is for the operator as is. */
+export class PermissionsMissingError extends Error {
+  override name = "PermissionsMissingError";
+  /** What is missing, for callers that word it themselves. */
+  readonly missing: Grant[];
+
+  constructor(message: string, missing: Grant[]) {
+    super(message);
+    this.missing = missing;
+  }
+}
+
+/**
+ * Throws {@linkcode PermissionsMissingError} when the process lacks any of
+ * `grants`, naming the settings that ask for them and a command that grants
+ * them: `task` where Deno's task runner can pass them on, the whole
+ * `deno run` line where it cannot (a path with a space), and for a compiled
+ * binary the compile command.
+ */
+export function requireGrants(
+  grants: Grant[],
+  options: { task: string; entrypoint: string; runFlags?: string[] },
+): void {
+  const missing = missingGrants(grants);
+  if (missing.length === 0) return;
+  const needs = missing.map(describe).join("; ");
+  const settings = [...new Set(missing.map((g) => g.by))].join(", ");
+  let fix: string;
+  if (Deno.build.standalone) {
+    fix =
+      `this binary was compiled for another configuration: compile it again with ${settings} set as they are now (deno task compile), or change ${settings} back`;
+  } else if (missing.some((g) => /\s/.test(g.value))) {
+    fix =
+      `deno task ${options.task} cannot pass a path with spaces to Deno, so run: ${
+        shellCommand([
+          "deno",
+          "run",
+          ...(options.runFlags ?? []),
+          ...permissionFlags(grants),
+          options.entrypoint,
+        ])
+      } (or move it to a path without spaces)`;
+  } else {
+    fix =
+      `start it with deno task ${options.task}, which grants what the configuration needs, or change ${settings}`;
+  }
+  throw new PermissionsMissingError(
+    `The configuration needs permissions this process lacks: ${needs}; ${fix}`,
+    missing,
+  );
+}
+
+function describe(grant: Grant): string {
+  const what = {
+    net: "network access to",
+    read: "read access to",
+    write: "write access to",
+    env: "the variable",
+    sys: "the system information",
+  }[grant.kind];
+  return grant.by === grant.value
+    ? `${what} ${grant.value}`
+    : `${what} ${grant.value} (for ${grant.by})`;
+}
+
+/** Words as one POSIX shell command line, quoted where a shell would split or expand them. */
+export function shellCommand(words: string[]): string {
+  return words.map((word) =>
+    /^[\w@%+=:,./[\]-]+$/.test(word)
+      ? word
+      : `'${word.replaceAll("'", `'\\''`)}'`
+  ).join(" ");
+}
