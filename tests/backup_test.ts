@@ -1,6 +1,7 @@
 /** Backup and restore with `keys export` and `keys import`, as an administrator moves an installation. */
 
 import assert from "node:assert/strict";
+import { consoleArgs } from "../scripts/keys.ts";
 import {
   createKey,
   keys,
@@ -142,29 +143,55 @@ Deno.test("export never overwrites an existing file and leaves no temporary file
   assert.ok(!names.some((n) => n.endsWith(".tmp")), names.join(", "));
 });
 
-Deno.test("export and import refuse a FILE outside ./data with one line saying to use ./data", async () => {
-  using dir = tempDir();
-  using elsewhere = tempDir();
-  await createKey(dir.path, "berlin-erp");
-  const outside = `${elsewhere.path}/backup.jsonl`;
+Deno.test("the keys task grants export the folder of FILE, import FILE alone, and other commands no file", () => {
+  const env = (name: string) =>
+    name === "DENO_KV_PATH" ? "/var/lib/integration/keys.db" : undefined;
+  const grants = (args: string[]) => {
+    const flags = consoleArgs(args, env);
+    const list = (kind: string) =>
+      flags.find((f) => f.startsWith(`--allow-${kind}=`))?.split("=")[1]
+        .split(",").sort() ?? [];
+    return { read: list("read"), write: list("write") };
+  };
+  const store = "/var/lib/integration";
+  assert.deepEqual(grants(["export", "/srv/backups/keys.jsonl"]), {
+    read: ["/srv/backups", store],
+    write: ["/srv/backups", store],
+  });
+  assert.deepEqual(grants(["import", "/srv/backups/keys.jsonl"]), {
+    read: ["/srv/backups/keys.jsonl", store],
+    write: [store],
+  });
   for (
     const args of [
-      ["export", outside],
-      ["export", "backup.jsonl"],
-      ["import", outside],
-      ["import", "../backup.jsonl"],
+      ["export", "-"],
+      ["import", "-"],
+      ["import", "--abort"],
+      [
+        "list",
+      ],
+      ["export"],
+      ["nonsense"],
     ]
   ) {
-    const result = await keys(dir.path, args);
-    assert.equal(result.code, 1, args.join(" "));
-    assert.match(
-      result.stderr.trim(),
-      /^FILE must be under \.\/data, where the keys task may read and write, not ".*"; use a path such as \.\/data\/backup\.jsonl$/,
+    assert.deepEqual(
+      grants(args),
+      { read: [store], write: [store] },
+      args.join(" "),
     );
-    assert.equal(result.stdout, "");
   }
-  assert.deepEqual([...Deno.readDirSync(elsewhere.path)], []);
-  assert.ok(!(await exists(`${dir.path}/backup.jsonl`)));
+});
+
+Deno.test("export and import of a relative FILE resolve it against the folder the task runs in", async () => {
+  using dir = tempDir();
+  await createKey(dir.path, "berlin-erp");
+  const exported = await keys(dir.path, ["export", "backup.jsonl"]);
+  assert.equal(exported.code, 0, exported.stderr);
+  assert.ok(await exists(`${dir.path}/backup.jsonl`));
+  const imported = await keys(dir.path, ["import", "backup.jsonl"], {
+    DENO_KV_PATH: "./restored/keys.db",
+  });
+  assert.equal(imported.code, 0, imported.stderr);
 });
 
 async function exists(path: string): Promise<boolean> {
