@@ -9,7 +9,6 @@ import {
   createKey,
   keys,
   makeTlsFiles,
-  runTask,
   startServer,
   tempDir,
 } from "./support/processes.ts";
@@ -725,29 +724,4 @@ Deno.test("TLS_CERT_FILE and TLS_KEY_FILE make the server speak HTTPS", async ()
     0,
     "no plain HTTP",
   );
-});
-
-Deno.test("the start task cannot read or write outside its data folder", async () => {
-  using dir = tempDir();
-  const outside = await Deno.makeTempFile();
-  try {
-    const variants: Record<string, string>[] = [
-      { TLS_CERT_FILE: outside, TLS_KEY_FILE: outside },
-      { DENO_KV_PATH: `${outside}.db` },
-    ];
-    for (const env of variants) {
-      const result = await runTask("start", {
-        cwd: dir.path,
-        env: { PORT: "0", ...env },
-      });
-      assert.equal(result.code, 1);
-      assert.match(
-        result.stderr,
-        /^The start was refused a permission: .*Requires (read|write) access/,
-      );
-      assert.equal(result.stderr.trim().split("\n").length, 1);
-    }
-  } finally {
-    await Deno.remove(outside);
-  }
 });

@@ -13,6 +13,7 @@ import {
   readStoreLocation,
 } from "../lib/config.ts";
 import { COMMANDS } from "../lib/console/commands.ts";
+import { consoleGrants, serverGrants } from "../lib/permissions.ts";
 
 const ROOT = new URL("../", import.meta.url);
 
@@ -79,6 +80,23 @@ function grantedVariables(): Set<string> {
     const text = typeof command === "string" ? command : command?.command;
     for (const m of String(text ?? "").matchAll(/--allow-env=(\S+)/g)) {
       add(m[1]);
+    }
+  }
+  // What lib/permissions.ts grants, for configurations that use every kind of store.
+  const configurations: Record<string, string>[] = [
+    {},
+    { DENO_KV_PATH: "https://kv.example.com/db" },
+    { DATABASE_URL: "postgres://u@localhost/db" },
+  ];
+  for (const env of configurations) {
+    const reader = (name: string) => env[name];
+    for (
+      const grant of [
+        ...serverGrants(readConfig(reader)),
+        ...consoleGrants(readStoreLocation(reader)),
+      ]
+    ) {
+      if (grant.kind === "env") granted.add(grant.value);
     }
   }
   // Deno's permission sets, should the tasks use them.

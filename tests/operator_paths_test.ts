@@ -233,7 +233,7 @@ Deno.test("a store path with a space is refused by the start task with the exact
   const child = new Deno.Command("sh", {
     args: [
       "-c",
-      command.replace(/^deno /, `'${Deno.execPath()}' `).replace(
+      command.replace(/^deno /, `exec '${Deno.execPath()}' `).replace(
         / main\.ts$/,
         ` '${MAIN}'`,
       ),
