@@ -4,8 +4,10 @@
  */
 
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { generateApiKey } from "../../lib/api_key.ts";
 import { KeyLookup } from "../../lib/key_lookup.ts";
+import { LastUsedRecorder } from "../../lib/last_used.ts";
 import {
   ImportStateError,
   KeyNotFoundError,
@@ -335,13 +337,77 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     const a = await store.create(input("a"), { actor: ACTOR });
     const b = await store.create(input("b"), { actor: ACTOR });
     const before = await store.revision();
-    const at = new Date("2026-01-02T03:04:00.000Z");
+    const at = new Date(Date.parse(b.createdAt) + 1234);
     await store.recordLastUsed([{ id: b.id, at }]);
     assert.equal(await store.revision(), before);
     assert.equal((await store.get(b.id))?.lastUsedAt, at.toISOString());
     assert.equal((await store.get(a.id))?.lastUsedAt, null);
     const listed = await collect(store.list());
     assert.deepEqual(listed.map((r) => r.lastUsedAt), [null, at.toISOString()]);
+  });
+
+  test("lastUsedAt is never before createdAt, never after the last real use and at most a minute behind it", async (store) => {
+    const MINUTE = 60_000;
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        // Milliseconds after the key's creation; negative ones are a server
+        // whose clock runs behind the console's.
+        fc.array(fc.integer({ min: -5 * MINUTE, max: 3 * 60 * MINUTE }), {
+          minLength: 1,
+          maxLength: 30,
+        }),
+        async (offsets) => {
+          const key = await store.create(input(`used-${++run}`), {
+            actor: ACTOR,
+          });
+          const created = Date.parse(key.createdAt);
+          const uses = offsets.map((offset) => created + offset)
+            .sort((x, y) => x - y);
+          const recorder = new LastUsedRecorder(store, { flushMs: 3_600_000 });
+          for (const at of uses) recorder.used(key.id, at);
+          await recorder.close();
+          const last = uses[uses.length - 1];
+          const listed = (await collect(store.list())).find((r) =>
+            r.id === key.id
+          );
+          for (
+            const shown of [
+              (await store.get(key.id))?.lastUsedAt,
+              listed?.lastUsedAt,
+            ]
+          ) {
+            assert.ok(shown, "a used key shows a last use");
+            const at = Date.parse(shown);
+            assert.ok(at >= created, `${shown} is before ${key.createdAt}`);
+            assert.ok(
+              at <= Math.max(created, last),
+              `${shown} is after the last use ${new Date(last).toISOString()}`,
+            );
+            assert.ok(
+              at > last - MINUTE,
+              `${shown} is a minute or more behind ${
+                new Date(last).toISOString()
+              }`,
+            );
+          }
+        },
+      ),
+      { numRuns: 40, endOnFailure: true },
+    );
+  });
+
+  test("a last use written before the key's creation shows as its creation", async (store) => {
+    const key = await store.create(input("early"), { actor: ACTOR });
+    // What the minute-rounding of older versions wrote for a key used in
+    // the minute it was made.
+    const at = new Date(Date.parse(key.createdAt) - 30_000);
+    await store.recordLastUsed([{ id: key.id, at }]);
+    assert.equal((await store.get(key.id))?.lastUsedAt, key.createdAt);
+    assert.deepEqual(
+      (await collect(store.list())).map((r) => r.lastUsedAt),
+      [key.createdAt],
+    );
   });
 
   test("exportAll() then importAll() into an empty store gives the same keys, audit and next id", async (store) => {
