@@ -8,6 +8,7 @@ import fc from "fast-check";
 import { generateApiKey } from "../../lib/api_key.ts";
 import { KeyLookup } from "../../lib/key_lookup.ts";
 import { LastUsedRecorder } from "../../lib/last_used.ts";
+import { keyLineAudit } from "../../lib/store/key_line.ts";
 import {
   ImportStateError,
   KeyNotFoundError,
@@ -269,6 +270,86 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.deepEqual(
       (await collect(store.audit({ keyId: 1 }))).map((e) => e.action),
       ["create", "revoke"],
+    );
+  });
+
+  test("a key line's audit is the whole history across rotations, whichever of its ids is asked", async (store) => {
+    const a = await store.create(input("line"), { actor: ACTOR });
+    const other = await store.create(input("other"), { actor: ACTOR });
+    const { created: c } = await store.rotate(a.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    await store.revoke(other.id, { actor: ACTOR, reason: "left" });
+    const { created: d } = await store.rotate(c.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    await store.markExposed(c.id, { actor: ACTOR, from: "192.0.2.1" });
+    await store.revoke(d.id, { actor: ACTOR, reason: "decommissioned" });
+    const expected = [
+      ["create", a.id],
+      ["rotate", a.id],
+      ["rotate", c.id],
+      ["expose", c.id],
+      ["revoke", d.id],
+    ];
+    for (const id of [a.id, c.id, d.id]) {
+      let line: number[] = [];
+      const entries = await collect(
+        keyLineAudit(store, id, { onLine: (ids) => line = ids }),
+      );
+      assert.deepEqual(
+        entries.map((e) => [e.action, e.keyId]),
+        expected,
+        `asked for key ${id}`,
+      );
+      assert.deepEqual(line, [a.id, c.id, d.id]);
+    }
+    assert.deepEqual(
+      (await collect(keyLineAudit(store, other.id))).map((e) => e.action),
+      ["create", "revoke"],
+    );
+  });
+
+  test("a key line's audit shows the import that brought its keys in, and no import before its creation", async (store) => {
+    const a = await store.create(input("line"), { actor: ACTOR });
+    const { created: b } = await store.rotate(a.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    const items = await collect(store.exportAll());
+    await using target = await open();
+    await target.importAll(
+      (async function* () {
+        yield* items;
+      })(),
+      { actor: ACTOR },
+    );
+    const later = await target.create(input("later"), { actor: ACTOR });
+    const { created: c } = await target.rotate(b.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    assert.deepEqual(
+      (await collect(keyLineAudit(target, c.id))).map((e) => [
+        e.action,
+        e.keyId,
+      ]),
+      [["create", a.id], ["rotate", a.id], ["import", 0], ["rotate", b.id]],
+    );
+    assert.deepEqual(
+      (await collect(keyLineAudit(target, later.id))).map((e) => e.action),
+      ["create"],
+    );
+    // A file that held the keys without their history: the import is
+    // where the line begins.
+    await using bare = await open();
+    await bare.importAll(
+      (async function* () {
+        yield* items.filter((item) => item.type === "key");
+      })(),
+      { actor: ACTOR },
+    );
+    assert.deepEqual(
+      (await collect(keyLineAudit(bare, b.id))).map((e) => e.action),
+      ["import"],
     );
   });
 
