@@ -1,7 +1,10 @@
 /**
  * Remembers when each key last authenticated a request, off the request's
  * path: a request only notes the id in memory; a timer writes the notes in
- * one batch. Each key is written at most once per minute per process.
+ * one batch. Each key is written at most once per minute per process, with
+ * the real time of the first use in that minute: never later than a real
+ * use, and at most a minute (plus a flush) behind the last one. The stores
+ * show no time before the key's creation.
  *
  * @module
  */
@@ -29,8 +32,9 @@ export class LastUsedRecorder {
   used(id: number, now: number): void {
     if (now - (this.#written.get(id) ?? -Infinity) < MINUTE) return;
     this.#written.set(id, now);
-    // Stored to the minute: finer would say more than it promises.
-    this.#pending.set(id, new Date(now - (now % MINUTE)));
+    // The real time, never rounded: a time rounded down could fall before
+    // the key's creation, one rounded up after its real use.
+    this.#pending.set(id, new Date(now));
   }
 
   /** Writes what is pending. Failures are dropped: this is a hint, not a record. */

@@ -260,6 +260,55 @@ Deno.test("audit shows who changed what and when", async () => {
   assert.match(text.stdout, /create\s+1\s+alice@/);
 });
 
+Deno.test("audit of a rotated key's new name shows its creation under the old id, and an import names no key", async () => {
+  using dir = tempDir();
+  const env = { USER: "alice" };
+  await createKey(dir.path, "berlin", "ops@example.com", env);
+  await createKey(dir.path, "hamburg", "it@example.com", env);
+  const rotated = await keys(dir.path, ["rotate", "berlin", "--yes"], env);
+  assert.equal(rotated.code, 0, rotated.stderr);
+  const byName = await keys(dir.path, ["audit", "berlin"]);
+  assert.equal(byName.code, 0, byName.stderr);
+  const rows = byName.stdout.trim().split("\n").slice(1);
+  assert.deepEqual(rows.map((row) => row.split(/\s+/).slice(2, 4)), [
+    ["create", "1"],
+    ["rotate", "1"],
+  ]);
+  assert.match(rows[1], /replaced by key 3$/);
+  assert.match(
+    byName.stderr,
+    /^Key 3 "berlin" is one installation's key with key 1/,
+  );
+  for (const ref of ["1", "3"]) {
+    assert.equal((await keys(dir.path, ["audit", ref])).stdout, byName.stdout);
+  }
+  const json = JSON.parse(
+    (await keys(dir.path, ["audit", "3", "--json"])).stdout,
+  );
+  assert.deepEqual(json.map((e: { keyId: number }) => e.keyId), [1, 1]);
+
+  const exported = await keys(dir.path, ["export", "./data/b.jsonl"]);
+  assert.equal(exported.code, 0, exported.stderr);
+  using target = tempDir();
+  await Deno.mkdir(`${target.path}/data`, { mode: 0o700 });
+  await Deno.copyFile(
+    `${dir.path}/data/b.jsonl`,
+    `${target.path}/data/b.jsonl`,
+  );
+  const imported = await keys(target.path, ["import", "./data/b.jsonl"], env);
+  assert.equal(imported.code, 0, imported.stderr);
+  const after = (await keys(target.path, ["audit", "berlin"])).stdout;
+  const importRow = after.split("\n").find((row) => / import /.test(row));
+  assert.ok(importRow, after);
+  // The actor follows the action at once: the KEY column is empty.
+  assert.match(importRow, / import +alice@\S+ +3 keys and 3 audit lines$/);
+  const json2 = JSON.parse(
+    (await keys(target.path, ["audit", "--json"])).stdout,
+  );
+  assert.equal(json2.at(-1).action, "import");
+  assert.equal(json2.at(-1).keyId, 0, "--json keeps keyId 0 on an import");
+});
+
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
 const DAY = 24 * HOUR;

@@ -14,6 +14,7 @@ import type { CheckOutcome } from "../lib/check/outcome.ts";
 import {
   createKey,
   keys,
+  makeTlsFiles,
   type RunResult,
   startServer,
   taskArgs,
@@ -210,6 +211,36 @@ Deno.test("check exits 2 on a TLS failure", async () => {
     firstLine(result),
     /^CONNECTION CRITICAL - TLS failure with 127\.0\.0\.1:\d+: /,
   );
+});
+
+Deno.test("check trusts a certificate from a private CA only when DENO_CERT names the CA's file", async () => {
+  using dir = tempDir();
+  await makeTlsFiles(dir.path);
+  const server = Deno.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    cert: await Deno.readTextFile(`${dir.path}/cert.pem`),
+    key: await Deno.readTextFile(`${dir.path}/key.pem`),
+    onListen() {},
+  }, () => statusAt(new Date().toISOString()));
+  try {
+    const url = `https://127.0.0.1:${server.addr.port}`;
+    const untrusted = await check(env(url, STRANGER_KEY));
+    assert.equal(untrusted.code, 2, untrusted.stdout + untrusted.stderr);
+    assert.match(
+      firstLine(untrusted),
+      /^CONNECTION CRITICAL - TLS failure with 127\.0\.0\.1:\d+: .*UnknownIssuer/,
+    );
+    // The task may read no file and no other variable: Deno reads DENO_CERT
+    // itself, at start, before any permission applies.
+    const trusted = await check(
+      env(url, STRANGER_KEY, { DENO_CERT: `${dir.path}/ca.pem` }),
+    );
+    assert.equal(trusted.code, 0, trusted.stdout + trusted.stderr);
+    assert.match(firstLine(trusted), /^CONNECTION OK - key 7 /);
+  } finally {
+    await server.shutdown();
+  }
 });
 
 Deno.test("check exits 2 when the server stays silent past the timeout", async () => {
@@ -466,6 +497,7 @@ Deno.test("--help explains why the key is read from the environment only", async
   assert.equal(result.code, 0);
   assert.match(result.stdout, /^Usage: deno task check \[--json\]/);
   assert.match(result.stdout, /shell history/);
+  assert.match(result.stdout, /DENO_CERT=/, "how to trust a private CA");
   for (const name of Object.values(CHECK_ENV)) {
     assert.ok(result.stdout.includes(name), name);
   }

@@ -32,6 +32,13 @@ the machine can read, and the key is a credential.
   ${CHECK_ENV.allowPlainHttp}    set to 1 to allow http:// to another machine,
                             which sends the key unencrypted
 
+A service whose certificate comes from a private CA (one of your own, not a
+public one): set DENO_CERT to the CA's certificate file (PEM), such as
+DENO_CERT=/etc/integration/ca.pem. Deno reads it itself when it starts, so
+the task needs no file permission for it. Without it such a certificate is a
+TLS failure (UnknownIssuer). DENO_TLS_CA_STORE=system trusts the machine's
+own certificate store instead.
+
 Options:
   --json   print one JSON object instead of the monitoring-plugin text
   --help   print this help

@@ -1,13 +1,16 @@
 /**
- * `keys audit`: the audit log, oldest first, of every key or one.
+ * `keys audit`: the audit log, oldest first, of every key or of one
+ * installation's key line (the key, the keys it replaced and those that
+ * replaced it).
  *
  * @module
  */
 
+import { keyLineAudit } from "../store/key_line.ts";
 import type { AuditEntry } from "../store/types.ts";
 import { type Command, KEY_ARGUMENT } from "./command.ts";
-import { jsonText } from "./_output.ts";
-import { resolve } from "./_records.ts";
+import { jsonText, report } from "./_output.ts";
+import { named, resolve } from "./_records.ts";
 import { type Column, headingLine, rowLine } from "./_table.ts";
 
 /** `keys audit [KEY]`. */
@@ -16,11 +19,30 @@ export const audit: Command = {
   usage: "audit [KEY]",
   options: {},
   positionals: [0, 1, KEY_ARGUMENT],
+  notes: [
+    "",
+    "With KEY, the history of that installation's key across rotations:",
+    "the keys it replaced and those that replaced it, any one of whose ids",
+    "(or the name of the valid one) gives the same history, and the imports",
+    "that brought them in. An import concerns no one key: its KEY is empty",
+    "(keyId 0 in --json).",
+  ],
   async run({ store, positionals, json, out }) {
-    const keyId = positionals[0] === undefined
-      ? undefined
-      : (await resolve(store, positionals[0])).id;
-    const entries = store.audit({ keyId });
+    let entries: AsyncIterable<AuditEntry>;
+    if (positionals[0] === undefined) entries = store.audit();
+    else {
+      const target = await resolve(store, positionals[0]);
+      entries = keyLineAudit(store, target.id, {
+        onLine: (ids) => {
+          if (ids.length < 2) return;
+          report(
+            `Key ${named(target)} is one installation's key with ${
+              listed(ids.filter((id) => id !== target.id))
+            }, each rotated into the next: their history follows`,
+          );
+        },
+      });
+    }
     if (json) {
       const all: AuditEntry[] = [];
       for await (const entry of entries) all.push(entry);
@@ -34,10 +56,21 @@ export const audit: Command = {
   },
 };
 
+/** "key 2", "keys 2 and 3", "keys 2, 3 and 5". */
+function listed(ids: number[]): string {
+  if (ids.length === 1) return `key ${ids[0]}`;
+  return `keys ${ids.slice(0, -1).join(", ")} and ${ids[ids.length - 1]}`;
+}
+
 const AUDIT_COLUMNS: Column<AuditEntry>[] = [
   { heading: "AT", width: 20, cell: (e) => shortTime(e.at) },
   { heading: "ACTION", width: 8, cell: (e) => e.action },
-  { heading: "KEY", width: 6, cell: (e) => String(e.keyId) },
+  // An import brings in every key of its file: no one key to name.
+  {
+    heading: "KEY",
+    width: 6,
+    cell: (e) => e.action === "import" ? "" : String(e.keyId),
+  },
   { heading: "BY", width: 28, cell: (e) => e.actor },
   { heading: "DETAIL", width: 40, cell: (e) => e.detail ?? "" },
 ];

@@ -6,11 +6,13 @@
  * 2. a credential anywhere in the URL: 400 on every path, and any valid key
  *    found there marked exposed;
  * 3. the route: 404 for an unknown path; 405 with `Allow`, 204 to OPTIONS,
- *    HEAD answered by GET without its body;
+ *    HEAD answered by GET;
  * 4. for an authenticated route, the API-key step (./authenticate.ts):
  *    the route runs only with a key valid at that moment;
  * 5. errors: 503 when the store cannot be read (never 401), 500 otherwise;
- * 6. the request's log line, its id header and its telemetry.
+ * 6. on HEAD, any answer (refusals and errors too) without its body but
+ *    with the GET's length;
+ * 7. the request's log line, its id header and its telemetry.
  *
  * Adding an authenticated route is one entry in the table.
  *
@@ -152,13 +154,7 @@ export function createRouter(
     } else {
       response = await route.methods[method]!({ request, client });
     }
-    // HEAD: the GET's status and headers, and no body, over any protocol.
-    return request.method === "HEAD"
-      ? new Response(null, {
-        status: response.status,
-        headers: response.headers,
-      })
-      : response;
+    return response;
   }
 
   return async function handle(request, info) {
@@ -185,6 +181,9 @@ export function createRouter(
         response = internalError();
       }
     }
+    // Every answer, refusals and errors included: over HTTP/2 a body on a
+    // HEAD is a protocol error that fails the client's whole request.
+    if (request.method === "HEAD") response = await withoutBody(response);
     annotateRequest(seen);
     if (logRequest) {
       const line: RequestLogLine = {
@@ -201,6 +200,24 @@ export function createRouter(
     }
     return response;
   };
+}
+
+/**
+ * The GET's status and headers without its body. Its length is kept, as
+ * the GET announces it: a `Response` with no body would otherwise go out
+ * with `content-length: 0` over HTTP/1.1 and none over HTTP/2. Every body
+ * this service sends is a short fixed text, so measuring it costs little.
+ */
+async function withoutBody(response: Response): Promise<Response> {
+  if (response.body === null) return response;
+  const headers = new Headers(response.headers);
+  if (!headers.has("content-length")) {
+    headers.set(
+      "content-length",
+      String((await response.arrayBuffer()).byteLength),
+    );
+  } else await response.body.cancel();
+  return new Response(null, { status: response.status, headers });
 }
 
 const KNOWN_METHODS = new Set([

@@ -163,7 +163,8 @@ export class KvKeyStore implements KeyStore {
       [KeyRecord, string, unknown]
     >([keyById(id), lastUsedKey(id), IMPORTING]);
     if (marker.value !== null) throw new ImportStateError("import_unfinished");
-    return record.value && { ...record.value, lastUsedAt: used.value };
+    return record.value &&
+      { ...record.value, lastUsedAt: notBefore(used.value, record.value) };
   }
 
   async getByName(name: string): Promise<KeyRecord | null> {
@@ -191,7 +192,7 @@ export class KvKeyStore implements KeyStore {
       }
       if (options.includeRevoked || entry.value.status === "valid") {
         const lastUsedAt = !next.done && next.value.key[1] === id
-          ? next.value.value
+          ? notBefore(next.value.value, entry.value)
           : null;
         yield { ...entry.value, lastUsedAt };
       }
@@ -751,6 +752,21 @@ class _Batch {
 
 function bigints(_: string, value: unknown): unknown {
   return typeof value === "bigint" ? value.toString() : value;
+}
+
+/**
+ * A last use as shown: never before the key's creation, which a server
+ * whose clock runs behind the console's, or an older version that rounded
+ * down to the minute, could have written.
+ */
+function notBefore(
+  lastUsedAt: string | null,
+  record: KeyRecord,
+): string | null {
+  if (lastUsedAt === null) return null;
+  return Date.parse(lastUsedAt) < Date.parse(record.createdAt)
+    ? record.createdAt
+    : lastUsedAt;
 }
 
 function audit(

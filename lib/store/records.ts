@@ -127,6 +127,17 @@ function shortened(text: string, max: number): string {
 /** The words of the audit log's details, alike in every store. */
 export const AUDIT_DETAIL = {
   rotate: (createdId: number): string => `replaced by key ${createdId}`,
+  /**
+   * The id a rotation line names as the replacement, read back from the
+   * words `rotate` wrote: the log keeps no other link, and lines written by
+   * any earlier version read back alike. Null for any other text.
+   */
+  replacementOf: (detail: string | null): number | null => {
+    const id = /^replaced by key ([1-9]\d{0,15})$/.exec(detail ?? "")?.[1];
+    return id === undefined || !Number.isSafeInteger(Number(id))
+      ? null
+      : Number(id);
+  },
   expose: (from: string): string => `sent in a URL from ${from}; rotate it`,
 };
 

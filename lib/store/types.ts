@@ -30,8 +30,11 @@ export interface KeyRecord {
   /** The client address that sent it in the URL. */
   exposedFrom: string | null;
   /**
-   * When the key last authenticated a request, to the minute; filled in by
-   * `get()` and `list()` only, as it is written apart from the record.
+   * When the key last authenticated a request: the time of a real use, at
+   * most about a minute behind the last one, and never before `createdAt`
+   * (a server whose clock runs behind the console's is shown `createdAt`).
+   * Filled in by `get()` and `list()` only, as it is written apart from the
+   * record.
    */
   lastUsedAt: string | null;
 }

@@ -4,8 +4,11 @@
  */
 
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { generateApiKey } from "../../lib/api_key.ts";
 import { KeyLookup } from "../../lib/key_lookup.ts";
+import { LastUsedRecorder } from "../../lib/last_used.ts";
+import { keyLineAudit } from "../../lib/store/key_line.ts";
 import {
   ImportStateError,
   KeyNotFoundError,
@@ -270,6 +273,86 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     );
   });
 
+  test("a key line's audit is the whole history across rotations, whichever of its ids is asked", async (store) => {
+    const a = await store.create(input("line"), { actor: ACTOR });
+    const other = await store.create(input("other"), { actor: ACTOR });
+    const { created: c } = await store.rotate(a.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    await store.revoke(other.id, { actor: ACTOR, reason: "left" });
+    const { created: d } = await store.rotate(c.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    await store.markExposed(c.id, { actor: ACTOR, from: "192.0.2.1" });
+    await store.revoke(d.id, { actor: ACTOR, reason: "decommissioned" });
+    const expected = [
+      ["create", a.id],
+      ["rotate", a.id],
+      ["rotate", c.id],
+      ["expose", c.id],
+      ["revoke", d.id],
+    ];
+    for (const id of [a.id, c.id, d.id]) {
+      let line: number[] = [];
+      const entries = await collect(
+        keyLineAudit(store, id, { onLine: (ids) => line = ids }),
+      );
+      assert.deepEqual(
+        entries.map((e) => [e.action, e.keyId]),
+        expected,
+        `asked for key ${id}`,
+      );
+      assert.deepEqual(line, [a.id, c.id, d.id]);
+    }
+    assert.deepEqual(
+      (await collect(keyLineAudit(store, other.id))).map((e) => e.action),
+      ["create", "revoke"],
+    );
+  });
+
+  test("a key line's audit shows the import that brought its keys in, and no import before its creation", async (store) => {
+    const a = await store.create(input("line"), { actor: ACTOR });
+    const { created: b } = await store.rotate(a.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    const items = await collect(store.exportAll());
+    await using target = await open();
+    await target.importAll(
+      (async function* () {
+        yield* items;
+      })(),
+      { actor: ACTOR },
+    );
+    const later = await target.create(input("later"), { actor: ACTOR });
+    const { created: c } = await target.rotate(b.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    assert.deepEqual(
+      (await collect(keyLineAudit(target, c.id))).map((e) => [
+        e.action,
+        e.keyId,
+      ]),
+      [["create", a.id], ["rotate", a.id], ["import", 0], ["rotate", b.id]],
+    );
+    assert.deepEqual(
+      (await collect(keyLineAudit(target, later.id))).map((e) => e.action),
+      ["create"],
+    );
+    // A file that held the keys without their history: the import is
+    // where the line begins.
+    await using bare = await open();
+    await bare.importAll(
+      (async function* () {
+        yield* items.filter((item) => item.type === "key");
+      })(),
+      { actor: ACTOR },
+    );
+    assert.deepEqual(
+      (await collect(keyLineAudit(bare, b.id))).map((e) => e.action),
+      ["import"],
+    );
+  });
+
   test("concurrent create() calls never share an id or a name", async (store) => {
     const made = await Promise.all(
       Array.from(
@@ -335,13 +418,77 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     const a = await store.create(input("a"), { actor: ACTOR });
     const b = await store.create(input("b"), { actor: ACTOR });
     const before = await store.revision();
-    const at = new Date("2026-01-02T03:04:00.000Z");
+    const at = new Date(Date.parse(b.createdAt) + 1234);
     await store.recordLastUsed([{ id: b.id, at }]);
     assert.equal(await store.revision(), before);
     assert.equal((await store.get(b.id))?.lastUsedAt, at.toISOString());
     assert.equal((await store.get(a.id))?.lastUsedAt, null);
     const listed = await collect(store.list());
     assert.deepEqual(listed.map((r) => r.lastUsedAt), [null, at.toISOString()]);
+  });
+
+  test("lastUsedAt is never before createdAt, never after the last real use and at most a minute behind it", async (store) => {
+    const MINUTE = 60_000;
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        // Milliseconds after the key's creation; negative ones are a server
+        // whose clock runs behind the console's.
+        fc.array(fc.integer({ min: -5 * MINUTE, max: 3 * 60 * MINUTE }), {
+          minLength: 1,
+          maxLength: 30,
+        }),
+        async (offsets) => {
+          const key = await store.create(input(`used-${++run}`), {
+            actor: ACTOR,
+          });
+          const created = Date.parse(key.createdAt);
+          const uses = offsets.map((offset) => created + offset)
+            .sort((x, y) => x - y);
+          const recorder = new LastUsedRecorder(store, { flushMs: 3_600_000 });
+          for (const at of uses) recorder.used(key.id, at);
+          await recorder.close();
+          const last = uses[uses.length - 1];
+          const listed = (await collect(store.list())).find((r) =>
+            r.id === key.id
+          );
+          for (
+            const shown of [
+              (await store.get(key.id))?.lastUsedAt,
+              listed?.lastUsedAt,
+            ]
+          ) {
+            assert.ok(shown, "a used key shows a last use");
+            const at = Date.parse(shown);
+            assert.ok(at >= created, `${shown} is before ${key.createdAt}`);
+            assert.ok(
+              at <= Math.max(created, last),
+              `${shown} is after the last use ${new Date(last).toISOString()}`,
+            );
+            assert.ok(
+              at > last - MINUTE,
+              `${shown} is a minute or more behind ${
+                new Date(last).toISOString()
+              }`,
+            );
+          }
+        },
+      ),
+      { numRuns: 40, endOnFailure: true },
+    );
+  });
+
+  test("a last use written before the key's creation shows as its creation", async (store) => {
+    const key = await store.create(input("early"), { actor: ACTOR });
+    // What the minute-rounding of older versions wrote for a key used in
+    // the minute it was made.
+    const at = new Date(Date.parse(key.createdAt) - 30_000);
+    await store.recordLastUsed([{ id: key.id, at }]);
+    assert.equal((await store.get(key.id))?.lastUsedAt, key.createdAt);
+    assert.deepEqual(
+      (await collect(store.list())).map((r) => r.lastUsedAt),
+      [key.createdAt],
+    );
   });
 
   test("exportAll() then importAll() into an empty store gives the same keys, audit and next id", async (store) => {

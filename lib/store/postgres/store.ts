@@ -79,6 +79,10 @@ interface KeyRow {
   revoked_reason: string | null;
   exposed_at: Date | null;
   exposed_from: string | null;
+  /**
+   * Never before created_at: the queries raise an earlier time (a server
+   * clock behind the console's, a version that rounded down) to it.
+   */
   last_used_at?: Date | null;
 }
 
@@ -189,7 +193,9 @@ export class PostgresKeyStore implements KeyStore {
     if (!Number.isSafeInteger(id)) return null;
     const rows = await this.#pool.call(() =>
       this.#sql<KeyRow[]>`
-        SELECT k.*, u.at AS last_used_at
+        SELECT k.*,
+          CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
+            AS last_used_at
         FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
         WHERE k.id = ${id}`
     );
@@ -200,7 +206,9 @@ export class PostgresKeyStore implements KeyStore {
     const key = nameKey(name);
     const rows = await this.#pool.call(() =>
       this.#sql<KeyRow[]>`
-        SELECT k.*, u.at AS last_used_at
+        SELECT k.*,
+          CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
+            AS last_used_at
         FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
         WHERE k.name_key = ${key} AND k.status = 'valid'`
     );
@@ -215,7 +223,9 @@ export class PostgresKeyStore implements KeyStore {
     for (let after = 0;;) {
       const rows = await this.#pool.call(() =>
         this.#sql<KeyRow[]>`
-          SELECT k.*, u.at AS last_used_at
+          SELECT k.*,
+          CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
+            AS last_used_at
           FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
           WHERE k.id > ${after} AND (${all} OR k.status = 'valid')
           ORDER BY k.id LIMIT ${BATCH}`
