@@ -204,6 +204,8 @@ Deno.test({
     "every documented answer of the real service passes Prism's validating proxy unflagged, on every route",
   ignore,
   async fn(t) {
+    // Under CI a missing tool fails here, before anything else is started.
+    required(tools);
     using dir = tempDir();
     const valid = await createKey(dir.path, "prism", "ops@example.com");
     const revoked = await createKey(dir.path, "prism-revoked");
@@ -364,6 +366,7 @@ Deno.test({
     "Prism flags the real 200 against a copy of openapi.json that requires a field the service does not send",
   ignore,
   async fn() {
+    required(tools);
     using dir = tempDir();
     const { key } = await createKey(dir.path, "prism-broken");
     await using server = await startServer(dir.path, { HOST: "127.0.0.1" });
@@ -392,6 +395,7 @@ Deno.test({
     "the real 401 to a request without a key passes Prism when a copy of openapi.json lets the request through",
   ignore,
   async fn() {
+    required(tools);
     using dir = tempDir();
     await using server = await startServer(dir.path, { HOST: "127.0.0.1" });
     // Prism answers a keyless request itself when the key is required, so
