@@ -44,6 +44,12 @@ export interface ReceivedResponse {
 export interface ValidateOptions {
   /** The document to validate against; the repository's `openapi.json` by default. */
   document?: OpenApiDocument;
+  /**
+   * Read as a client does: a body may carry fields its schema does not list.
+   * By default the service is held to exactly the listed fields, so that a
+   * field it starts sending (a key, say) cannot slip out undocumented.
+   */
+  tolerant?: boolean;
 }
 
 /** A response that `openapi.json` does not allow; `problems` lists every breach. */
@@ -103,7 +109,10 @@ export function responseProblems(
   response: ReceivedResponse,
   options: ValidateOptions = {},
 ): string[] {
-  const compiled = compiledFor(options.document ?? bundled);
+  const compiled = compiledFor(
+    options.document ?? bundled,
+    options.tolerant ? tolerantDocuments : closedDocuments,
+  );
   const method = request.method.toUpperCase();
   const found = findResponse(
     compiled,
@@ -151,12 +160,18 @@ interface Compiled {
   validators: Map<string, ValidateFunction>;
 }
 
-// One Ajv per document: compiling is the costly part and every test reuses it.
-const compiledDocuments = new WeakMap<OpenApiDocument, Compiled>();
+// One Ajv per document and reading: compiling is the costly part and every
+// test reuses it.
+const closedDocuments = new WeakMap<OpenApiDocument, Compiled>();
+const tolerantDocuments = new WeakMap<OpenApiDocument, Compiled>();
 
-function compiledFor(document: OpenApiDocument): Compiled {
-  let compiled = compiledDocuments.get(document);
+function compiledFor(
+  original: OpenApiDocument,
+  cache: WeakMap<OpenApiDocument, Compiled>,
+): Compiled {
+  let compiled = cache.get(original);
   if (compiled === undefined) {
+    const document = cache === closedDocuments ? closed(original) : original;
     const ajv = new Ajv2020({ allErrors: true, strict: true });
     // A CommonJS package: its plugin is the `default` export of module.exports.
     ajvFormats.default(ajv);
@@ -168,9 +183,30 @@ function compiledFor(document: OpenApiDocument): Compiled {
     }
     ajv.addSchema({ ...document, $id: DOCUMENT_ID });
     compiled = { document, ajv, validators: new Map() };
-    compiledDocuments.set(document, compiled);
+    cache.set(original, compiled);
   }
   return compiled;
+}
+
+/**
+ * The document with every component schema that lists properties and leaves
+ * `additionalProperties` unsaid closed to others. The published document
+ * stays open, as clients must ignore added fields; a schema that states
+ * `additionalProperties` (this document's own, say) keeps what it states.
+ */
+function closed(document: OpenApiDocument): OpenApiDocument {
+  const copy = structuredClone(document);
+  const components = copy.components;
+  const schemas = isObject(components) ? components.schemas : undefined;
+  for (const schema of Object.values(isObject(schemas) ? schemas : {})) {
+    if (
+      isObject(schema) && isObject(schema.properties) &&
+      !("additionalProperties" in schema)
+    ) {
+      schema.additionalProperties = false;
+    }
+  }
+  return copy;
 }
 
 /** A JSON value with the pointer it was found at, `$ref`s followed. */
@@ -237,6 +273,7 @@ function findResponse(
         404: { $ref: toRef([...unrouted.pointer, "unknownPath"]) },
         400: { $ref: toRef([...unrouted.pointer, "keyInUrl"]) },
         429: { $ref: toRef([...unrouted.pointer, "lockedOut"]) },
+        500: { $ref: toRef([...unrouted.pointer, "internalError"]) },
       },
       pointer: unrouted.pointer,
     };
