@@ -332,7 +332,7 @@ export async function importFrom(
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) {
       throw new BackupError(
-        `${file} does not exist; give the path of a file written by "keys export", such as ./data/backup.jsonl`,
+        `${file} does not exist; give the path of a file written by "keys export", such as /var/backups/keys.jsonl`,
       );
     }
     throw fileProblem(error, file, "read");

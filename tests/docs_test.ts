@@ -13,6 +13,8 @@ import {
   readStoreLocation,
 } from "../lib/config.ts";
 import { COMMANDS } from "../lib/console/commands.ts";
+import { commandHelp, mainHelp } from "../lib/console/_help.ts";
+import { parse } from "../lib/console/_parse.ts";
 import { consoleGrants, serverGrants } from "../lib/permissions.ts";
 
 const ROOT = new URL("../", import.meta.url);
@@ -303,4 +305,55 @@ Deno.test("every relative link in README.md and docs/ points to a file and headi
     }
   }
   assert.ok(checked > 20, `only ${checked} links found`);
+});
+
+/** The words of each `deno task keys …` command written in the docs and help texts. */
+function documentedConsoleCommands(): { where: string; args: string[] }[] {
+  const sources: [string, string][] = [
+    ["README.md", read("README.md")],
+    ...[...Deno.readDirSync(new URL("docs/", ROOT))].map((
+      e,
+    ): [string, string] => [`docs/${e.name}`, read(`docs/${e.name}`)]),
+    ["keys --help", mainHelp(COMMANDS)],
+    ...Object.keys(COMMANDS).map((name): [string, string] => [
+      `keys ${name} --help`,
+      commandHelp(COMMANDS[name]),
+    ]),
+  ];
+  const found: { where: string; args: string[] }[] = [];
+  for (const [where, text] of sources) {
+    for (const match of text.matchAll(/deno task keys ([^\n`]*)/g)) {
+      // Placeholders of the usage lines, not commands.
+      if (/^<|\$\{/.test(match[1])) continue;
+      // A usage line's optional parts ([--json]) are not arguments.
+      const line = match[1].replace(/\[[^\]]*\]/g, "");
+      const args: string[] = [];
+      for (
+        const word of line.matchAll(
+          /"([^"]*)"|'([^']*)'|([^\s|<>)#&;\\]+)|([|<>)#&;\\])/g,
+        )
+      ) {
+        if (word[4] !== undefined) break;
+        args.push(word[1] ?? word[2] ?? word[3]);
+      }
+      found.push({ where, args });
+    }
+  }
+  return found;
+}
+
+Deno.test("every deno task keys command in the README, the docs and --help is one the console accepts", () => {
+  const commands = documentedConsoleCommands();
+  assert.ok(commands.length >= 15, `found only ${commands.length}`);
+  for (const { where, args } of commands) {
+    try {
+      parse(args, COMMANDS);
+    } catch (error) {
+      assert.fail(
+        `${where}: "deno task keys ${args.join(" ")}" is refused: ${
+          (error as Error).message
+        }`,
+      );
+    }
+  }
 });

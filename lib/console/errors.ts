@@ -30,7 +30,7 @@ export function failure(error: unknown): string {
   }
   if (error instanceof StoreInputError) return describeStoreError(error);
   if (error instanceof Deno.errors.NotCapable) {
-    return `The store is outside what this task may read and write: ${error.message}; keep DENO_KV_PATH under ./data or run admin.ts with matching --allow flags`;
+    return `The console was refused a permission its configuration did not name (${error.message}); run it with deno task keys`;
   }
   return `The command failed: ${
     describeStoreError(error) ??
