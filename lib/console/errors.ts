@@ -30,7 +30,7 @@ export function failure(error: unknown): string {
   }
   if (error instanceof StoreInputError) return describeStoreError(error);
   if (error instanceof Deno.errors.NotCapable) {
-    return `The store is outside what this task may read and write: ${error.message}; keep DENO_KV_PATH under ./data or run admin.ts with matching --allow flags`;
+    return `The store is outside what this task may read and write: ${error.message}; run it with deno task keys, which grants what DENO_KV_PATH and FILE name`;
   }
   return `The command failed: ${
     describeStoreError(error) ??

@@ -110,8 +110,12 @@ interface ImportMarker {
  * every integrator's e-mail.
  */
 export async function openKvStore(path: string): Promise<KvKeyStore> {
-  if (path === ":memory:" || /^https?:\/\//.test(path)) {
-    return new KvKeyStore(await Deno.openKv(path));
+  if (path === ":memory:") return new KvKeyStore(await Deno.openKv(path));
+  // The scheme in any case, as the configuration and the permissions read
+  // it; Deno.openKv takes only a lower-case one for a URL.
+  if (/^https?:\/\//i.test(path)) {
+    const url = path.replace(/^https?:/i, (scheme) => scheme.toLowerCase());
+    return new KvKeyStore(await Deno.openKv(url));
   }
   const folder = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
   // The service's own folder is made private; a folder the operator chose,
