@@ -426,3 +426,14 @@ Deno.test("a remote KV URL with an upper-case scheme is reached as a URL, not ta
   assert.ok(seen.includes(`Bearer ${env.DENO_KV_ACCESS_TOKEN}`), listed.stderr);
   assert.deepEqual([...Deno.readDirSync(checkout.path)], []);
 });
+
+Deno.test("keys export to a FILE with a backslash writes it in the folder the task granted, where a backslash is part of the name", async () => {
+  using checkout = tempDir();
+  using backups = tempDir();
+  const env = { DENO_KV_PATH: `${backups.path}/store/keys.db` };
+  await createKey(checkout.path, "a", undefined, env);
+  const file = `${backups.path}/a\\b.jsonl`;
+  const result = await keys(checkout.path, ["export", file], env);
+  assert.equal(result.code, 0, result.stderr);
+  assert.ok((await Deno.stat(file)).isFile);
+});
