@@ -42,7 +42,8 @@ export async function main(args: string[]): Promise<number> {
       out.line(parsed.help);
       return 0;
     }
-    const refusal = { task: "keys", entrypoint: "admin.ts" };
+    // The keys launcher passes paths to Deno without a shell, spaces included.
+    const refusal = { task: "keys", entrypoint: "admin.ts", anyPath: true };
     requireGrants(variableGrants(CONSOLE_VARIABLES), refusal);
     const location = readStoreLocation(processEnv);
     const files = parsed.command.files?.(parsed.positionals);

@@ -110,8 +110,9 @@ class LineWriter {
   }
 }
 
+/** As lib/permissions.ts folderOf() reads it: a backslash is part of a name. */
 function splitPath(file: string): { folder: string; base: string } {
-  const slash = Math.max(file.lastIndexOf("/"), file.lastIndexOf("\\"));
+  const slash = file.lastIndexOf("/");
   return slash < 0
     ? { folder: ".", base: file }
     : { folder: file.slice(0, slash) || "/", base: file.slice(slash + 1) };

@@ -156,7 +156,12 @@ export function folderOf(path: string): string {
   return slash === 0 ? "/" : path.slice(0, slash);
 }
 
-/** Deno's flags list values with commas, so a value holding one cannot be granted. */
+/**
+ * Deno's flags list values with commas, so a value holding one cannot be
+ * granted; and a host Deno's flag parser refuses (`a..b`, `[::1`, `%`) would
+ * stop `deno run` itself with a stack trace instead of one line naming the
+ * setting.
+ */
 function checked(grants: Grant[]): Grant[] {
   for (const grant of grants) {
     if (grant.value.includes(",")) {
@@ -166,8 +171,25 @@ function checked(grants: Grant[]): Grant[] {
         }, and Deno's permission flags cannot name a path or host with a comma; use one without`,
       );
     }
+    if (grant.kind === "net" && !grantableHost(grant.value)) {
+      throw new ConfigError(
+        `${grant.by} ${grant.by.includes(" and ") ? "give" : "gives"} ${
+          JSON.stringify(grant.value)
+        }, which is not a host and port Deno can grant access to; use an IP address or a host name such as 127.0.0.1 or db.example.com`,
+      );
+    }
   }
   return grants;
+}
+
+/** Whether Deno's --allow-net takes `hostPort`: querying it parses it as the flag would. */
+function grantableHost(hostPort: string): boolean {
+  try {
+    Deno.permissions.querySync({ name: "net", host: hostPort });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 const FLAG_ORDER: Grant["kind"][] = ["net", "read", "write", "env", "sys"];
@@ -225,17 +247,27 @@ export class PermissionsMissingError extends Error {
  */
 export function requireGrants(
   grants: Grant[],
-  options: { task: string; entrypoint: string; runFlags?: string[] },
+  options: {
+    task: string;
+    entrypoint: string;
+    runFlags?: string[];
+    /** The task passes any path, spaces included (the keys launcher does). */
+    anyPath?: boolean;
+  },
 ): void {
   const missing = missingGrants(grants);
   if (missing.length === 0) return;
   const needs = missing.map(describe).join("; ");
-  const settings = [...new Set(missing.map((g) => g.by))].join(", ");
+  // What an operator can change: the sys calls of the audit log are no setting.
+  const settings = [
+    ...new Set(missing.filter((g) => g.kind !== "sys").map((g) => g.by)),
+  ].join(", ");
+  const orChange = settings === "" ? "" : `, or change ${settings}`;
   let fix: string;
   if (Deno.build.standalone) {
     fix =
       `this binary was compiled for another configuration: compile it again with ${settings} set as they are now (deno task compile), or change ${settings} back`;
-  } else if (missing.some((g) => /\s/.test(g.value))) {
+  } else if (!options.anyPath && missing.some((g) => /\s/.test(g.value))) {
     fix =
       `deno task ${options.task} cannot pass a path with spaces to Deno, so run: ${
         shellCommand([
@@ -248,7 +280,7 @@ export function requireGrants(
       } (or move it to a path without spaces)`;
   } else {
     fix =
-      `start it with deno task ${options.task}, which grants what the configuration needs, or change ${settings}`;
+      `start it with deno task ${options.task}, which grants what the configuration needs${orChange}`;
   }
   throw new PermissionsMissingError(
     `The configuration needs permissions this process lacks: ${needs}; ${fix}`,

@@ -74,6 +74,14 @@ Deno.test("keys --help lists every command of the registry and names every varia
   }
 });
 
+Deno.test("keys --help does not confine FILE to ./data, as the keys task grants the FILE a command names", async () => {
+  using dir = tempDir();
+  const result = await keys(dir.path, ["--help"]);
+  assert.equal(result.code, 0);
+  assert.doesNotMatch(result.stdout, /FILE must be under \.\/data/);
+  assert.match(result.stdout, /FILE may be anywhere/);
+});
+
 Deno.test("create --json prints one JSON object with the key; list, show and revoke --json print no secret", async () => {
   using dir = tempDir();
   const created = await keys(dir.path, [

@@ -344,3 +344,96 @@ Deno.test("a keys launcher killed outright does not leave its console running", 
   }
   assert.ok(!alive, "the console outlived its launcher by 2 s");
 });
+
+Deno.test("a HOST or database host that Deno's permission flags cannot name is refused in one line naming the variable, not by Deno's own error", async () => {
+  using checkout = tempDir();
+  for (
+    const [env, variable] of [
+      [{ HOST: "a..b" }, "HOST"],
+      [{ HOST: "[::1" }, "HOST"],
+      [{ DATABASE_URL: "postgres://u@a..b:5432/db" }, "DATABASE_URL"],
+      [{ DATABASE_URL: "postgres://u@exa%6dple:5432/db" }, "DATABASE_URL"],
+    ] as const
+  ) {
+    const started = await runTask("start", {
+      cwd: checkout.path,
+      env: { PORT: "0", ...env },
+    });
+    assert.equal(started.code, 1, started.stderr);
+    const lines = started.stderr.trim().split("\n");
+    assert.equal(lines.length, 1, started.stderr);
+    assert.match(lines[0], new RegExp(`^${variable}\\b`), lines[0]);
+    assert.doesNotMatch(lines[0], /Stack backtrace|invalid host/);
+    if (variable === "DATABASE_URL") {
+      const listed = await keys(checkout.path, ["list"], env);
+      assert.equal(listed.code, 1, listed.stderr);
+      assert.match(listed.stderr.trim(), /^DATABASE_URL\b[^\n]*$/);
+    }
+  }
+  assert.deepEqual([...Deno.readDirSync(checkout.path)], []);
+});
+
+Deno.test("run by hand with a store path with a space, the console names deno task keys, which passes any path, and only settings an operator can change", async () => {
+  using checkout = tempDir();
+  using root = tempDir();
+  const env = { DENO_KV_PATH: `${root.path}/my store/keys.db` };
+  // The launcher itself passes the path without a shell.
+  await createKey(checkout.path, "a", undefined, env);
+  const admin = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-q", "--no-prompt", "--allow-env", ADMIN, "list"],
+    cwd: checkout.path,
+    env,
+  }).output();
+  const message = new TextDecoder().decode(admin.stderr).trim();
+  assert.equal(admin.code, 1);
+  assert.equal(message.split("\n").length, 1, message);
+  assert.match(message, /deno task keys/);
+  // A printed deno run command would lose the console's own arguments.
+  assert.doesNotMatch(message, /cannot pass a path with spaces|run: deno run/);
+  assert.doesNotMatch(message, /change the audit log/);
+});
+
+Deno.test("keys import and export with an empty FILE are usage errors in one line, not Deno's own error", async () => {
+  using checkout = tempDir();
+  using root = tempDir();
+  const env = { DENO_KV_PATH: `${root.path}/keys.db` };
+  for (const command of ["import", "export"]) {
+    const result = await keys(checkout.path, [command, ""], env);
+    assert.equal(result.code, 2, result.stderr);
+    const lines = result.stderr.trim().split("\n");
+    assert.equal(lines.length, 1, result.stderr);
+    assert.match(lines[0], /FILE/);
+  }
+});
+
+Deno.test("a remote KV URL with an upper-case scheme is reached as a URL, not taken for a folder", async () => {
+  const seen: string[] = [];
+  await using metadata = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    (request) => {
+      seen.push(request.headers.get("authorization") ?? "");
+      return new Response("no database here", { status: 503 });
+    },
+  );
+  using checkout = tempDir();
+  const env = {
+    DENO_KV_PATH: `HTTP://127.0.0.1:${metadata.addr.port}/databases/1/connect`,
+    DENO_KV_ACCESS_TOKEN: `token-${crypto.randomUUID()}`,
+  };
+  const listed = await keys(checkout.path, ["list"], env);
+  assert.equal(listed.code, 1);
+  assert.doesNotMatch(listed.stderr, /permission|NotCapable|Requires/i);
+  assert.ok(seen.includes(`Bearer ${env.DENO_KV_ACCESS_TOKEN}`), listed.stderr);
+  assert.deepEqual([...Deno.readDirSync(checkout.path)], []);
+});
+
+Deno.test("keys export to a FILE with a backslash writes it in the folder the task granted, where a backslash is part of the name", async () => {
+  using checkout = tempDir();
+  using backups = tempDir();
+  const env = { DENO_KV_PATH: `${backups.path}/store/keys.db` };
+  await createKey(checkout.path, "a", undefined, env);
+  const file = `${backups.path}/a\\b.jsonl`;
+  const result = await keys(checkout.path, ["export", file], env);
+  assert.equal(result.code, 0, result.stderr);
+  assert.ok((await Deno.stat(file)).isFile);
+});

@@ -34,7 +34,8 @@ export const exportCommand: Command = {
     "If keys change meanwhile it stops without the end line, so that an import",
     "refuses what was written, and exits 1.",
   ],
-  files: ([file]) => file === STDIO ? {} : { write: [file] },
+  // An empty FILE is refused as a usage error; Deno's flags cannot name it.
+  files: ([file]) => file === STDIO || file === "" ? {} : { write: [file] },
   async run({ store, positionals, json, out, actor }) {
     if (positionals[0] === STDIO && json) {
       throw new UsageError(
@@ -73,7 +74,7 @@ export const importCommand: Command = {
     "  deno task keys import - < /var/backups/keys.jsonl",
   ],
   files: ([file]) =>
-    file === undefined || file === STDIO ? {} : { read: [file] },
+    file === undefined || file === STDIO || file === "" ? {} : { read: [file] },
   async run({ store, values, positionals, json, out, actor }) {
     if (values.abort === true) {
       if (positionals.length > 0) {
@@ -90,7 +91,7 @@ export const importCommand: Command = {
       );
       return;
     }
-    if (positionals.length === 0) {
+    if (positionals.length === 0 || positionals[0] === "") {
       throw new UsageError(
         `import needs ${FILE_ARGUMENT}; see "keys import --help"`,
       );

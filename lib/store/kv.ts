@@ -85,8 +85,6 @@ const META_KEYS = new Set<Deno.KvKeyPart>([
   IMPORTING[0],
   IMPORT_REVISION[0],
 ]);
-/** Mutations per atomic operation for last-used times, well under KV's limit. */
-const IMPORT_BATCH = 400;
 /**
  * Budgets of one atomic operation during an import or a wipe, about half of
  * KV's limits (1000 mutations, 800 KiB in all, 80 KiB of keys), counted in
@@ -110,8 +108,12 @@ interface ImportMarker {
  * every integrator's e-mail.
  */
 export async function openKvStore(path: string): Promise<KvKeyStore> {
-  if (path === ":memory:" || /^https?:\/\//.test(path)) {
-    return new KvKeyStore(await Deno.openKv(path));
+  if (path === ":memory:") return new KvKeyStore(await Deno.openKv(path));
+  // The scheme in any case, as the configuration and the permissions read
+  // it; Deno.openKv takes only a lower-case one for a URL.
+  if (/^https?:\/\//i.test(path)) {
+    const url = path.replace(/^https?:/i, (scheme) => scheme.toLowerCase());
+    return new KvKeyStore(await Deno.openKv(url));
   }
   const folder = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
   // The service's own folder is made private; a folder the operator chose,
@@ -369,20 +371,38 @@ export class KvKeyStore implements KeyStore {
     });
   }
 
+  /**
+   * Keeps the latest time of each key, as PostgreSQL's greatest() does:
+   * two servers on one file flush independently, and the one flushing last
+   * may hold the earlier use.
+   */
   async recordLastUsed(
     uses: Iterable<{ id: number; at: Date }>,
   ): Promise<void> {
-    let op = this.#kv.atomic();
-    let size = 0;
+    const latest = new Map<number, number>();
     for (const { id, at } of uses) {
-      op.set(lastUsedKey(id), at.toISOString());
-      if (++size === IMPORT_BATCH) {
-        await op.commit();
-        op = this.#kv.atomic();
-        size = 0;
+      latest.set(id, Math.max(latest.get(id) ?? -Infinity, at.getTime()));
+    }
+    const ids = [...latest.keys()];
+    // getMany() reads at most 10 keys.
+    for (let start = 0; start < ids.length; start += 10) {
+      const chunk = ids.slice(start, start + 10);
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const stored = await this.#kv.getMany<string[]>(chunk.map(lastUsedKey));
+        const op = this.#kv.atomic();
+        let writes = 0;
+        stored.forEach((entry, i) => {
+          const at = latest.get(chunk[i])!;
+          if (entry.value !== null && Date.parse(entry.value) >= at) return;
+          op.check(entry).set(
+            lastUsedKey(chunk[i]),
+            new Date(at).toISOString(),
+          );
+          writes++;
+        });
+        if (writes === 0 || (await op.commit()).ok) break;
       }
     }
-    if (size > 0) await op.commit();
   }
 
   exportAll(): AsyncIterable<ExportItem> {

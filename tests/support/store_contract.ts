@@ -427,6 +427,21 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.deepEqual(listed.map((r) => r.lastUsedAt), [null, at.toISOString()]);
   });
 
+  test("recordLastUsed() keeps the later time when an earlier one is written after it, as two servers on one store flush", async (store) => {
+    const key = await store.create(input("a"), { actor: ACTOR });
+    const later = new Date(Date.parse(key.createdAt) + 50_000);
+    const earlier = new Date(Date.parse(key.createdAt) + 20_000);
+    // One server flushes its use at +50 s; another, whose first use in its
+    // minute was at +20 s, flushes after it.
+    await store.recordLastUsed([{ id: key.id, at: later }]);
+    await store.recordLastUsed([{ id: key.id, at: earlier }]);
+    assert.equal((await store.get(key.id))?.lastUsedAt, later.toISOString());
+    assert.deepEqual(
+      (await collect(store.list())).map((r) => r.lastUsedAt),
+      [later.toISOString()],
+    );
+  });
+
   test("lastUsedAt is never before createdAt, never after the last real use and at most a minute behind it", async (store) => {
     const MINUTE = 60_000;
     let run = 0;
