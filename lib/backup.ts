@@ -325,6 +325,12 @@ export async function importFrom(
   options: { actor: string },
 ): Promise<BackupSummary> {
   if (file === STDOUT) {
+    if (Deno.stdin.isTerminal()) {
+      // Otherwise it would wait in silence for input nobody knows to type.
+      console.error(
+        "Reading the export from stdin; paste it and end with Ctrl-D, or give a FILE",
+      );
+    }
     return await readImport(store, "stdin", Deno.stdin, options);
   }
   let handle: Deno.FsFile;

@@ -267,9 +267,9 @@ export function requireGrants(
   if (Deno.build.standalone) {
     fix =
       `this binary was compiled for another configuration: compile it again with ${settings} set as they are now (deno task compile), or change ${settings} back`;
-  } else if (!options.anyPath && missing.some((g) => /\s/.test(g.value))) {
+  } else if (!options.anyPath && missing.some((g) => /[\s*?]/.test(g.value))) {
     fix =
-      `deno task ${options.task} cannot pass a path with spaces to Deno, so run: ${
+      `deno task ${options.task} cannot pass a path with spaces, * or ? to Deno, so run: ${
         shellCommand([
           "deno",
           "run",

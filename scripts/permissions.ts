@@ -26,6 +26,12 @@ import {
   variableGrants,
 } from "../lib/permissions.ts";
 
+/**
+ * What the task runner would split (whitespace) or expand as a glob (`*`,
+ * `?`) in a substitution's output; `[` stays, as IPv6 hosts need it.
+ */
+const UNPASSABLE = /[\s*?]/;
+
 /** The start task's permission flags for the configuration `env` describes. */
 export function startFlags(env: EnvReader): string[] {
   let grants: Grant[];
@@ -35,7 +41,9 @@ export function startFlags(env: EnvReader): string[] {
     if (!(error instanceof ConfigError)) throw error;
     grants = variableGrants(SERVER_VARIABLES);
   }
-  return permissionFlags(grants.filter((grant) => !/\s/.test(grant.value)));
+  return permissionFlags(
+    grants.filter((grant) => !UNPASSABLE.test(grant.value)),
+  );
 }
 
 if (import.meta.main) console.log(startFlags(processEnv).join(" "));

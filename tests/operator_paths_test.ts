@@ -437,3 +437,16 @@ Deno.test("keys export to a FILE with a backslash writes it in the folder the ta
   assert.equal(result.code, 0, result.stderr);
   assert.ok((await Deno.stat(file)).isFile);
 });
+
+Deno.test("a store path with a glob character is not expanded by the task runner: the start refuses it with the exact command", async () => {
+  using checkout = tempDir();
+  using root = tempDir();
+  // A folder the glob would match, were the task runner to expand it.
+  await Deno.mkdir(`${root.path}/store-a`);
+  const env = { DENO_KV_PATH: `${root.path}/store-*/keys.db`, PORT: "0" };
+  const refused = await runTask("start", { cwd: checkout.path, env });
+  assert.equal(refused.code, 1);
+  assert.match(refused.stderr, /DENO_KV_PATH/);
+  assert.match(refused.stderr, /run: deno run /);
+  assert.deepEqual([...Deno.readDirSync(`${root.path}/store-a`)], []);
+});

@@ -119,7 +119,9 @@ export async function openKvStore(path: string): Promise<KvKeyStore> {
   // The service's own folder is made private; a folder the operator chose,
   // such as /var/lib, keeps its mode unless created here (the files in it
   // are private either way).
-  if (folder !== "" && (path === DEFAULT_KV_PATH || !await exists(folder))) {
+  const own =
+    path.replace(/^\.\//, "") === DEFAULT_KV_PATH.replace(/^\.\//, "");
+  if (folder !== "" && (own || !await exists(folder))) {
     await Deno.mkdir(folder, { recursive: true, mode: 0o700 });
     await Deno.chmod(folder, 0o700);
   }
