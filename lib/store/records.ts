@@ -166,7 +166,10 @@ export const AUDIT_DETAIL = {
 
 /** When a key stops authenticating, in ms since the epoch; Infinity for never. */
 export function expiryMs(record: KeyRecord): number {
-  return record.expiresAt === null ? Infinity : Date.parse(record.expiresAt);
+  if (record.expiresAt === null) return Infinity;
+  const ms = Date.parse(record.expiresAt);
+  // A time nobody can read fails closed: the key counts as expired.
+  return Number.isNaN(ms) ? -Infinity : ms;
 }
 
 /**
