@@ -121,7 +121,9 @@ export class ImportChecker {
       if (this.#names.has(key)) fail(id, "name_repeated");
       this.#names.add(key);
     } else if (
-      record.status === "valid" ? !nameOk(record.name) : record.name.length > REVOKED_NAME_MAX
+      record.status === "valid"
+        ? !nameOk(record.name)
+        : record.name.length > REVOKED_NAME_MAX
     ) {
       fail(id, "name_too_long", { limit: REVOKED_NAME_MAX });
     }

@@ -138,9 +138,11 @@ export const AUDIT_DETAIL = {
     overlap?: { until: string; untilFirstUse: boolean },
   ): string =>
     `replaced by key ${createdId}` +
-    (overlap === undefined ? "" : `; the old key works until ${overlap.until}${
-      overlap.untilFirstUse ? ` or key ${createdId}'s first use` : ""
-    }`),
+    (overlap === undefined
+      ? ""
+      : `; the old key works until ${overlap.until}${
+        overlap.untilFirstUse ? ` or key ${createdId}'s first use` : ""
+      }`),
   /**
    * The id a rotation line names as the replacement, read back from the
    * words `rotate` wrote: the log keeps no other link, and lines written by
@@ -296,7 +298,10 @@ export function rotation(
   options: RotateOptions & { at: Date },
 ): { created: KeyRecord; old: KeyRecord } {
   if (options.overlapUntil === undefined) {
-    return { created: fresh, old: rotatedRecord(current, options.at, fresh.id) };
+    return {
+      created: fresh,
+      old: rotatedRecord(current, options.at, fresh.id),
+    };
   }
   return {
     created: { ...fresh, retires: options.untilFirstUse ? current.id : null },
@@ -305,7 +310,10 @@ export function rotation(
 }
 
 /** The audit detail of a rotation, with its overlap when it has one. */
-export function rotateDetail(createdId: number, options: RotateOptions): string {
+export function rotateDetail(
+  createdId: number,
+  options: RotateOptions,
+): string {
   return AUDIT_DETAIL.rotate(
     createdId,
     options.overlapUntil === undefined ? undefined : {

@@ -350,12 +350,17 @@ export class PostgresKeyStore implements KeyStore {
       const self = await currentRecord(tx, id);
       const firstUse = options.cause === "first_use";
       const targetId = firstUse ? self.retires : id;
-      const unchanged = { result: { record: self, changed: false }, audit: null };
+      const unchanged = {
+        result: { record: self, changed: false },
+        audit: null,
+      };
       if (targetId === null) return unchanged;
       // The link is spent whatever became of the old key, so the write
       // happens once.
       if (firstUse) await tx`UPDATE keys SET retires = NULL WHERE id = ${id}`;
-      const [row] = await tx<KeyRow[]>`SELECT * FROM keys WHERE id = ${targetId}`;
+      const [row] = await tx<
+        KeyRow[]
+      >`SELECT * FROM keys WHERE id = ${targetId}`;
       const record = row &&
         retiredRecord(toRecord(row, false), at, firstUse ? self : undefined);
       if (!record) return unchanged;
