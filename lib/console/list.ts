@@ -127,15 +127,15 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
     { heading: "HINT", width: 10, dropRank: 2, cell: (r) => r.hint },
     {
       heading: "EXPIRES",
-      width: 24,
-      min: 14,
+      width: 16,
+      min: 10,
       dropRank: 6,
       cell: (r) =>
         r.status !== "valid" || r.expiresAt === null
           ? ""
           : `${ago(r.expiresAt)}${
             r.replacedBy !== null
-              ? ` (retiring, replaced by ${r.replacedBy})`
+              ? " (retiring)"
               : expiringSoon(r, now)
               ? " (soon)"
               : ""

@@ -26,10 +26,10 @@ import { confirm } from "./_prompt.ts";
 import { describe, named, resolve } from "./_records.ts";
 import { overlapDeadline, replacementExpiry } from "./_lifetime.ts";
 
-/** `keys rotate KEY [--overlap DURATION [--until-first-use]] [--yes]`. */
+/** `keys rotate KEY [--overlap DURATION] [--until-first-use] [--yes]`. */
 export const rotate: Command = {
   summary: "revoke a key and generate its replacement in one step",
-  usage: "rotate KEY [--overlap DURATION [--until-first-use]] [--yes]",
+  usage: "rotate KEY [--overlap DURATION] [--until-first-use] [--yes]",
   options: {
     overlap: {
       type: "string",
