@@ -24,6 +24,7 @@ import { commandContext } from "./lib/console/_context.ts";
 import { failure, UsageError } from "./lib/console/errors.ts";
 import { Output, report } from "./lib/console/_output.ts";
 import { parse } from "./lib/console/_parse.ts";
+import { retireDue } from "./lib/console/_retire.ts";
 import {
   CONSOLE_VARIABLES,
   consoleGrants,
@@ -31,6 +32,9 @@ import {
   requireGrants,
   variableGrants,
 } from "./lib/permissions.ts";
+
+/** Commands that take the store as it is: a backup holds lifetimes as they stand. */
+const NO_RETIRING = new Set(["export", "import"]);
 
 /** Runs the console with the given arguments; returns the exit code. */
 export async function main(args: string[]): Promise<number> {
@@ -49,6 +53,7 @@ export async function main(args: string[]): Promise<number> {
     const files = parsed.command.files?.(parsed.positionals);
     requireGrants(consoleGrants(location, files), refusal);
     store = await openStore(location);
+    if (!NO_RETIRING.has(parsed.name)) await retireDue(store);
     await parsed.command.run(commandContext(store, parsed, { out }));
     return 0;
   } catch (error) {

@@ -196,6 +196,9 @@ async function prepare(
     exposedAt: null,
     exposedFrom: null,
     lastUsedAt: null,
+    expiresAt: null,
+    replacedBy: null,
+    retires: null,
   });
   async function* items(): AsyncIterable<ExportItem> {
     yield { type: "key", record: record(1, valid, "valid") };

@@ -33,7 +33,10 @@ export class BackupError extends Error {
 const EXPORT_FORMAT = "integration-service-keys";
 /** FILE as stdout for an export, stdin for an import. */
 const STDOUT = "-";
-const EXPORT_VERSION = 1;
+/** Version 2 added expiresAt, replacedBy and retires to key records. */
+const EXPORT_VERSION = 2;
+/** The versions an import reads; records of version 1 lack the fields of 2, read as null. */
+const IMPORT_VERSIONS: readonly unknown[] = [1, EXPORT_VERSION];
 /** No line of an export comes near this; a longer one is not an export. */
 const MAX_LINE_CHARS = 1024 * 1024;
 const PROGRESS_EVERY_MS = 2000;
@@ -475,11 +478,11 @@ class ExportReader {
         'give a file written by "keys export"',
       );
     }
-    if (value.version !== EXPORT_VERSION) {
+    if (!IMPORT_VERSIONS.includes(value.version)) {
       throw this.#problem(
         `says export version ${
           JSON.stringify(value.version)
-        }, and this console reads version ${EXPORT_VERSION}`,
+        }, and this console reads versions ${IMPORT_VERSIONS.join(" and ")}`,
         "import it with the version of the service that exported it",
       );
     }

@@ -77,6 +77,42 @@ export function readStoreLocation(env: EnvReader): StoreLocation {
   return { kind: "kv", path };
 }
 
+/** The units a duration may be given in, in milliseconds. */
+const DURATION_UNITS: Record<string, number> = {
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+/**
+ * A duration such as 60s, 15m, 2h or 7d, in milliseconds; null when the text
+ * is not one (a whole number above 0 and one of the units s, m, h, d).
+ */
+export function parseDuration(text: string): number | null {
+  const match = /^([1-9]\d{0,8})([smhd])$/.exec(text.trim());
+  return match === null ? null : Number(match[1]) * DURATION_UNITS[match[2]];
+}
+
+/**
+ * `KEY_MAX_LIFETIME`, the longest a new key may live and the lifetime of a
+ * key created without one, in milliseconds; null when unset (keys may live
+ * for ever). Read by the console, which creates keys.
+ */
+export function readKeyMaxLifetime(env: EnvReader): number | null {
+  const raw = nonEmpty(env, "KEY_MAX_LIFETIME");
+  if (raw === undefined) return null;
+  const ms = parseDuration(raw);
+  if (ms === null) {
+    throw new ConfigError(
+      `KEY_MAX_LIFETIME must be a duration such as 90d, 12h or 30m, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return ms;
+}
+
 /** The whole-number settings: each variable with its default and range, once. */
 const WHOLE_NUMBERS = {
   PORT: { default: 8000, min: 0, max: 65535 },

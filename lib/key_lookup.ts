@@ -9,21 +9,33 @@
  */
 
 import { hashApiKey, isWellFormedApiKey } from "./api_key.ts";
+import { expiryMs } from "./store/records.ts";
 import type { KeyRecord, KeyStore } from "./store/types.ts";
 import { Coalesced } from "./_coalesce.ts";
 import { KeyIndex } from "./key_index.ts";
 
-/** Why a request was not authenticated; never shown to the caller. */
-export type AuthFailure = "missing" | "malformed" | "unknown" | "revoked";
+/**
+ * Why a request was not authenticated; never shown to the caller, to whom
+ * an expired key is a revoked one.
+ */
+export type AuthFailure =
+  | "missing"
+  | "malformed"
+  | "unknown"
+  | "revoked"
+  | "expired";
 
 /** The outcome of {@linkcode KeyLookup.authenticate}. */
 export type AuthResult =
   | { ok: true; record: KeyRecord }
-  | { ok: false; reason: AuthFailure };
+  | { ok: false; reason: Exclude<AuthFailure, "expired"> }
+  | { ok: false; reason: "expired"; record: KeyRecord };
 
 interface Cached {
   record: KeyRecord | null;
   revision: bigint;
+  /** The record's expiresAt, parsed once: the request-time check is one comparison. */
+  expires: number;
 }
 
 /**
@@ -84,24 +96,29 @@ export class KeyLookup {
     let known = this.#index.mayExist(hash, revision);
     if (typeof known !== "boolean") known = await known;
     if (!known) return { ok: false, reason: "unknown" };
-    const record = await this.#find(hash, revision);
+    const { record, expires } = await this.#find(hash, revision);
     if (record === null) return { ok: false, reason: "unknown" };
     if (record.status !== "valid") return { ok: false, reason: "revoked" };
+    // The deadline is checked now, on every request, so no job has to run
+    // for a key to stop working on time.
+    if (Date.now() >= expires) return { ok: false, reason: "expired", record };
     return { ok: true, record };
   }
 
-  async #find(hash: string, revision: bigint): Promise<KeyRecord | null> {
+  async #find(hash: string, revision: bigint): Promise<Cached> {
     const cached = this.#cache.get(hash);
-    if (cached !== undefined && cached.revision === revision) {
-      return cached.record;
-    }
+    if (cached !== undefined && cached.revision === revision) return cached;
     // Missing or stale: one snapshot read gives the record and its revision.
-    const fresh = await this.#store.findByHashAt(hash);
+    const read = await this.#store.findByHashAt(hash);
+    const fresh = {
+      ...read,
+      expires: read.record === null ? Infinity : expiryMs(read.record),
+    };
     this.#cache.delete(hash);
     if (this.#cache.size >= this.#maxEntries) {
       this.#cache.delete(this.#cache.keys().next().value!);
     }
     this.#cache.set(hash, fresh);
-    return fresh.record;
+    return fresh;
   }
 }

@@ -48,6 +48,7 @@ export const CONSOLE_VARIABLES = [
   "USER",
   "LOGNAME",
   "NO_COLOR",
+  "KEY_MAX_LIFETIME",
 ] as const;
 
 /** What the server needs: its listening address, its store, its TLS files, its variables. */

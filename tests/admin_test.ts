@@ -141,7 +141,7 @@ Deno.test("list shows valid keys in a table and --all adds revoked ones with whe
   const list = await keys(dir.path, ["list"]);
   assert.match(
     list.stdout,
-    /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+LAST USED\s+HINT\s+EXPOSED IN A URL\n/,
+    /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+LAST USED\s+HINT\s+EXPIRES\s+EXPOSED IN A URL\n/,
   );
   assert.match(
     list.stdout,
@@ -424,7 +424,7 @@ Deno.test("list shows times relative to now, LAST USED as never when unused, and
   const rows = list.stdout.trim().split("\n");
   assert.match(
     rows[0],
-    /\bCREATED\s+LAST USED\s+HINT\s+EXPOSED IN A URL\s+REVOKED\b/,
+    /\bCREATED\s+LAST USED\s+HINT\s+EXPIRES\s+EXPOSED IN A URL\s+REVOKED\b/,
   );
   assert.match(rows[1], /^1\s+site-1\s.*valid\s+3 days ago\s+2 hours ago\s/);
   assert.match(
@@ -564,7 +564,7 @@ Deno.test({
     using dir = tempDir();
     await seed(dir.path, AGED);
     const wide = await atTerminal(dir.path, ["list", "--all"], {
-      columns: 200,
+      columns: 220,
     });
     assert.equal(wide.code, 0, wide.stdout);
     assert.ok(wide.stdout.includes("\x1b[31mrevoked\x1b[39m"), wide.stdout);

@@ -63,6 +63,7 @@ export async function runCheck(
     return judgeStatus(answered, body, {
       localMidpointMs: sentAt + roundTripMs / 2,
       maxOffsetSeconds: config.maxOffsetSeconds,
+      expiryWarningDays: config.expiryWarningDays,
     });
   }
   return { ...answered, ...judgeFailure(response, body) };

@@ -18,6 +18,7 @@ export const CHECK_ENV = {
   maxOffset: "CHECK_MAX_OFFSET_SECONDS",
   timeout: "CHECK_TIMEOUT_SECONDS",
   allowPlainHttp: "CHECK_ALLOW_PLAIN_HTTP",
+  expiryWarningDays: "CHECK_EXPIRY_WARNING_DAYS",
 } as const;
 
 /** Reads one environment variable; undefined when unset. */
@@ -33,6 +34,8 @@ export interface CheckConfig {
   maxOffsetSeconds: number;
   /** The whole exchange must finish within this many seconds. */
   timeoutSeconds: number;
+  /** A key that expires within this many days is a WARNING. */
+  expiryWarningDays: number;
 }
 
 /** A configuration problem; its message names the variable and the fix, never its value. */
@@ -45,6 +48,8 @@ export class CheckConfigError extends Error {
 export const DEFAULT_MAX_OFFSET_SECONDS = 30;
 /** The timeout when CHECK_TIMEOUT_SECONDS is unset. */
 export const DEFAULT_TIMEOUT_SECONDS = 10;
+/** The WARNING threshold when CHECK_EXPIRY_WARNING_DAYS is unset. */
+export const DEFAULT_EXPIRY_WARNING_DAYS = 14;
 /** The longest timeout CHECK_TIMEOUT_SECONDS may set. */
 export const MAX_TIMEOUT_SECONDS = 300;
 
@@ -73,7 +78,20 @@ export function readCheckConfig(env: EnvReader): CheckConfig {
       default: DEFAULT_TIMEOUT_SECONDS,
       max: MAX_TIMEOUT_SECONDS,
     }),
+    expiryWarningDays: readDays(env, CHECK_ENV.expiryWarningDays),
   };
+}
+
+function readDays(env: EnvReader, name: string): number {
+  const raw = (env(name) ?? "").trim();
+  if (raw === "") return DEFAULT_EXPIRY_WARNING_DAYS;
+  // 0 turns the warning off; whole days, up to about 27 years.
+  if (!/^\d{1,4}$/.test(raw)) {
+    throw new CheckConfigError(
+      `${name} must be a whole number of days from 0 to 9999, such as ${DEFAULT_EXPIRY_WARNING_DAYS}`,
+    );
+  }
+  return Number(raw);
 }
 
 function readBaseUrl(env: EnvReader): URL {

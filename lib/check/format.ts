@@ -52,6 +52,9 @@ export function formatDetails(outcome: CheckOutcome): string[] {
   }
   if (outcome.apiKeyId !== null) add("key id", String(outcome.apiKeyId));
   if (outcome.email !== null) add("e-mail", outcome.email);
+  if (outcome.apiKeyExpiresAt !== undefined) {
+    add("key expires", outcome.apiKeyExpiresAt);
+  }
   if (outcome.serverUtc !== null) add("server UTC", outcome.serverUtc);
   if (outcome.clockOffsetSeconds !== null) {
     const offset = outcome.clockOffsetSeconds;

@@ -7,6 +7,7 @@
 import {
   CHECK_ENV,
   CONNECTION_ROUTE,
+  DEFAULT_EXPIRY_WARNING_DAYS,
   DEFAULT_MAX_OFFSET_SECONDS,
   DEFAULT_TIMEOUT_SECONDS,
   MAX_TIMEOUT_SECONDS,
@@ -31,6 +32,8 @@ the machine can read, and the key is a credential.
   ${CHECK_ENV.timeout}     give up after this long (default ${DEFAULT_TIMEOUT_SECONDS}, at most ${MAX_TIMEOUT_SECONDS})
   ${CHECK_ENV.allowPlainHttp}    set to 1 to allow http:// to another machine,
                             which sends the key unencrypted
+  ${CHECK_ENV.expiryWarningDays} warn when the key expires within this many
+                            days (default ${DEFAULT_EXPIRY_WARNING_DAYS}; 0: never)
 
 A service whose certificate comes from a private CA (one of your own, not a
 public one): set DENO_CERT to the CA's certificate file (PEM), such as
@@ -43,8 +46,8 @@ Options:
   --json   print one JSON object instead of the monitoring-plugin text
   --help   print this help
 
-Exit codes: 0 OK, 1 WARNING (clock offset above the threshold), 2 CRITICAL
-(key refused, rate limited, service unavailable, unreachable, TLS failure,
-timeout, other status), 3 UNKNOWN (configuration problem, unexpected answer).
+Exit codes: 0 OK, 1 WARNING (clock offset above the threshold, or the key
+expires soon), 2 CRITICAL (key refused, rate limited, service unavailable,
+unreachable, TLS failure, timeout, other status), 3 UNKNOWN (configuration problem, unexpected answer).
 The key is never printed.
 `;

@@ -17,7 +17,12 @@ import { milliseconds, plain, signed } from "./_units.ts";
 export function judgeStatus(
   answered: CheckOutcome,
   body: string,
-  clock: { localMidpointMs: number; maxOffsetSeconds: number },
+  clock: {
+    localMidpointMs: number;
+    maxOffsetSeconds: number;
+    /** A key expiring within this many days is a WARNING; 0 or unset: never. */
+    expiryWarningDays?: number;
+  },
 ): CheckOutcome {
   const status = parseConnectionStatus(body);
   if (typeof status === "string") {
@@ -37,6 +42,9 @@ export function judgeStatus(
     email: status.email,
     serverUtc: status.serverUtc,
     clockOffsetSeconds: offset,
+    ...(status.apiKeyExpiresAt === undefined
+      ? {}
+      : { apiKeyExpiresAt: status.apiKeyExpiresAt }),
   };
   const rtt = `round trip ${milliseconds(answered.roundTripSeconds!)}`;
   if (Math.abs(offset) > clock.maxOffsetSeconds) {
@@ -50,11 +58,43 @@ export function judgeStatus(
         "synchronise this machine's clock (NTP); if it is right, tell the installation's administrator that the server's clock is off",
     };
   }
+  const expiring = expiryWarning(status, clock);
+  if (expiring !== null) {
+    return {
+      ...found,
+      ...state("WARNING"),
+      summary: `${who} expires ${expiring}, clock offset ${
+        signed(offset)
+      } s, ${rtt}`,
+      advice:
+        `ask the installation's administrator for a replacement key now and put it in ${CHECK_ENV.apiKey} before then; after it the key gets 401`,
+    };
+  }
   return {
     ...found,
     ...state("OK"),
     summary: `${who}, clock offset ${signed(offset)} s, ${rtt}`,
   };
+}
+
+/**
+ * When the key expires within the warning's days, by the server's clock:
+ * "at TIME (in N days)"; null when it does not, or has no expiry.
+ */
+function expiryWarning(
+  status: ConnectionStatus,
+  clock: { expiryWarningDays?: number },
+): string | null {
+  const days = clock.expiryWarningDays ?? 0;
+  if (status.apiKeyExpiresAt === undefined || days <= 0) return null;
+  const left = Date.parse(status.apiKeyExpiresAt) -
+    Date.parse(status.serverUtc);
+  if (left >= days * 86_400_000) return null;
+  const hours = Math.max(0, left) / 3_600_000;
+  const within = hours < 48
+    ? `${Math.floor(hours)} hours`
+    : `${Math.floor(hours / 24)} days`;
+  return `at ${status.apiKeyExpiresAt} (within ${within})`;
 }
 
 /** The fields of a connection status that the check reports. */
@@ -65,6 +105,8 @@ export interface ConnectionStatus {
   email: string;
   /** The server's clock, ISO 8601 UTC. */
   serverUtc: string;
+  /** When the key stops working, ISO 8601 UTC; absent when never. */
+  apiKeyExpiresAt?: string;
 }
 
 /**
@@ -107,7 +149,16 @@ export function parseConnectionStatus(body: string): ConnectionStatus | string {
   ) {
     return "serverUtc is not an ISO 8601 UTC time ending in Z";
   }
-  return { apiKeyId, email, serverUtc };
+  const expires = fields.apiKeyExpiresAt;
+  if (expires === undefined) return { apiKeyId, email, serverUtc };
+  if (
+    typeof expires !== "string" ||
+    !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/.test(expires) ||
+    !Number.isFinite(Date.parse(expires))
+  ) {
+    return "apiKeyExpiresAt is not an ISO 8601 UTC time ending in Z";
+  }
+  return { apiKeyId, email, serverUtc, apiKeyExpiresAt: expires };
 }
 
 /** Any answer but a 200: what it means, and what to do about it. */

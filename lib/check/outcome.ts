@@ -31,6 +31,8 @@ export interface CheckOutcome {
   apiKeyId: number | null;
   /** The e-mail of the integrator the key belongs to, from a 200. */
   email: string | null;
+  /** When the key stops working, from a 200 that says so. */
+  apiKeyExpiresAt?: string;
   /** The server's clock as it answered, from a 200. */
   serverUtc: string | null;
   /** serverUtc minus this machine's clock at the midpoint of the request. */

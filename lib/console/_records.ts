@@ -6,7 +6,7 @@
  */
 
 import { KeyNotFoundError } from "../store/errors.ts";
-import { publicRecord } from "../store/records.ts";
+import { publicRecord, recordAt } from "../store/records.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import type { Context } from "./command.ts";
 import { paint, relativeTime, type Tone } from "./_format.ts";
@@ -17,9 +17,11 @@ export async function resolve(
   store: KeyStore,
   ref: string,
 ): Promise<KeyRecord> {
-  const record = /^\d+$/.test(ref)
+  const found = /^\d+$/.test(ref)
     ? await store.get(Number(ref))
     : await store.getByName(ref);
+  // As the server sees it now: a key past its deadline is revoked.
+  const record = found && recordAt(found, Date.now());
   if (record === null) {
     throw new KeyNotFoundError(/^\d+$/.test(ref) ? Number(ref) : ref);
   }
@@ -31,6 +33,7 @@ const TIME_FIELDS = new Set([
   "revokedAt",
   "exposedAt",
   "lastUsedAt",
+  "expiresAt",
 ]);
 
 /** A record on stdout: one JSON object, or one field a line with times also relative. */
@@ -41,7 +44,9 @@ export function printRecord(ctx: Context, record: KeyRecord): void {
   }
   for (const [field, value] of Object.entries(publicRecord(record))) {
     let text = value === null ? "" : visible(String(value));
-    if (field === "lastUsedAt" && value === null) text = "never";
+    if (
+      (field === "lastUsedAt" || field === "expiresAt") && value === null
+    ) text = "never";
     else if (TIME_FIELDS.has(field) && typeof value === "string") {
       text = `${value} (${relativeTime(value, { now: ctx.now })})`;
     }
@@ -75,4 +80,30 @@ export function describe(record: KeyRecord): string {
 /** A key as messages name it: its id and its name, quoted and made harmless. */
 export function named(record: KeyRecord): string {
   return `${record.id} "${visible(record.name)}"`;
+}
+
+/** Keys expiring within this many days are pointed out. */
+export const EXPIRING_SOON_DAYS = 7;
+
+/** Whether a valid key stops working within {@linkcode EXPIRING_SOON_DAYS}. */
+export function expiringSoon(record: KeyRecord, now: number): boolean {
+  return record.status === "valid" && record.expiresAt !== null &&
+    Date.parse(record.expiresAt) - now < EXPIRING_SOON_DAYS * 86_400_000;
+}
+
+/**
+ * The pending retirement of a key in a rotation's overlap, as one line:
+ * when it stops working and what may end it sooner; null for other keys.
+ */
+export async function pendingRetirement(
+  store: KeyStore,
+  record: KeyRecord,
+): Promise<string | null> {
+  if (record.status !== "valid" || record.replacedBy === null) return null;
+  const replacement = await store.get(record.replacedBy);
+  const firstUse = replacement?.status === "valid" &&
+    replacement.retires === record.id;
+  return `revoked at ${record.expiresAt}${
+    firstUse ? ` or at key ${record.replacedBy}'s first use` : ""
+  }, replaced by key ${record.replacedBy}`;
 }

@@ -21,11 +21,13 @@ import { CommandError, failure } from "./errors.ts";
 import { checked, required } from "./_input.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
+import { LIFETIME_OPTIONS, requestedExpiry } from "./_lifetime.ts";
 
-/** `keys create --name NAME --email EMAIL`. */
+/** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME]`. */
 export const create: Command = {
   summary: "generate a key for an installation and print it once",
-  usage: "create --name NAME --email EMAIL",
+  usage:
+    "create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME]",
   options: {
     name: {
       type: "string",
@@ -35,12 +37,18 @@ export const create: Command = {
       type: "string",
       help: "the integrator's registered e-mail address",
     },
+    ...LIFETIME_OPTIONS,
   },
   positionals: [0, 0],
-  notes: ["", "The key is printed once, on stdout; messages go to stderr."],
-  async run({ store, values, json, out, actor }) {
+  notes: [
+    "",
+    "The key is printed once, on stdout; messages go to stderr.",
+    "KEY_MAX_LIFETIME, when set, bounds the lifetime and is the default one.",
+  ],
+  async run({ store, values, json, out, actor, now }) {
     const name = checked(normalizeName, required(values, "name"));
     const email = checked(normalizeEmail, required(values, "email"));
+    const expiresAt = requestedExpiry(values, { now });
     refuseDiscardingStdout();
     const fresh = generateApiKey();
     const record = await store.create({
@@ -48,6 +56,7 @@ export const create: Command = {
       email,
       hash: fresh.hash,
       hint: fresh.hint,
+      expiresAt,
     }, { actor });
     // Stored first, so that a key on stdout always works; a key nobody
     // received is revoked again, which touches no other key.
@@ -62,8 +71,8 @@ export const create: Command = {
       throw await undeliveredCreate(store, record, { error, actor });
     }
     report(
-      `Created key ${named(record)} for ${
-        visible(record.email)
+      `Created key ${named(record)} for ${visible(record.email)}${
+        record.expiresAt === null ? "" : `, expiring at ${record.expiresAt}`
       }.\n${STORE_WARNING}`,
     );
   },

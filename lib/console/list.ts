@@ -5,12 +5,17 @@
  * @module
  */
 
-import { publicRecord } from "../store/records.ts";
+import { publicRecord, recordAt } from "../store/records.ts";
 import type { KeyRecord } from "../store/types.ts";
 import type { Command } from "./command.ts";
 import { paint, relativeTime } from "./_format.ts";
 import { jsonText, report } from "./_output.ts";
-import { recordTone, tinted } from "./_records.ts";
+import {
+  EXPIRING_SOON_DAYS,
+  expiringSoon,
+  recordTone,
+  tinted,
+} from "./_records.ts";
 import { type Column, fitColumns, headingLine, rowLine } from "./_table.ts";
 
 /** `keys list [--all]`. */
@@ -30,7 +35,10 @@ export const list: Command = {
   async run(ctx) {
     const { store, values, json, out } = ctx;
     const all = values.all === true;
-    const records = store.list({ includeRevoked: all });
+    const records = asOf(store.list({ includeRevoked: all }), {
+      now: ctx.now,
+      all,
+    });
     if (json) {
       out.write("[");
       let first = true;
@@ -51,6 +59,7 @@ export const list: Command = {
     }));
     let count = 0;
     const exposed: number[] = [];
+    const soon: number[] = [];
     for await (const record of records) {
       out.line(rowLine(columns, record, {
         paint: ctx.colour
@@ -60,6 +69,9 @@ export const list: Command = {
       count++;
       if (record.exposedAt !== null && record.status === "valid") {
         exposed.push(record.id);
+      }
+      if (expiringSoon(record, ctx.now) && record.replacedBy === null) {
+        soon.push(record.id);
       }
     }
     out.flush();
@@ -71,6 +83,13 @@ export const list: Command = {
         `Sent in a URL, where proxies and logs may keep them: ${
           exposed.join(", ")
         }; rotate each with "keys rotate KEY"`,
+      );
+    }
+    if (soon.length > 0) {
+      report(
+        `Expiring within ${EXPIRING_SOON_DAYS} days: ${
+          soon.join(", ")
+        }; rotate each with "keys rotate KEY --overlap 7d" and hand over the new key`,
       );
     }
     if (dropped.length > 0) {
@@ -106,6 +125,22 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
       cell: (r) => ago(r.lastUsedAt, "never"),
     },
     { heading: "HINT", width: 10, dropRank: 2, cell: (r) => r.hint },
+    {
+      heading: "EXPIRES",
+      width: 16,
+      min: 10,
+      dropRank: 6,
+      cell: (r) =>
+        r.status !== "valid" || r.expiresAt === null
+          ? ""
+          : `${ago(r.expiresAt)}${
+            r.replacedBy !== null
+              ? " (retiring)"
+              : expiringSoon(r, now)
+              ? " (soon)"
+              : ""
+          }`,
+    },
     // Which keys were exposed is repeated on stderr, so this column goes first.
     {
       heading: "EXPOSED IN A URL",
@@ -130,4 +165,18 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
       cell: (r) => r.revokedReason ?? "",
     },
   ];
+}
+
+/**
+ * Records as the server sees them now: a key past its deadline is revoked,
+ * and left out unless revoked keys are listed.
+ */
+async function* asOf(
+  records: AsyncIterable<KeyRecord>,
+  options: { now: number; all: boolean },
+): AsyncIterable<KeyRecord> {
+  for await (const record of records) {
+    const current = recordAt(record, options.now);
+    if (options.all || current.status === "valid") yield current;
+  }
 }

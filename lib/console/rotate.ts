@@ -8,7 +8,7 @@
 import { generateApiKey } from "../api_key.ts";
 import { KeyCollisionError, RotateRevokedError } from "../store/errors.ts";
 import { publicRecord } from "../store/records.ts";
-import type { KeyRecord, KeyStore } from "../store/types.ts";
+import type { KeyRecord, KeyStore, RotateOptions } from "../store/types.ts";
 import {
   type Command,
   CONFIRM_NOTES,
@@ -20,16 +20,28 @@ import {
   STORE_WARNING,
   writeFailure,
 } from "./_delivery.ts";
-import { CommandError, failure } from "./errors.ts";
+import { CommandError, failure, UsageError } from "./errors.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { confirm } from "./_prompt.ts";
 import { describe, named, resolve } from "./_records.ts";
+import { overlapDeadline, replacementExpiry } from "./_lifetime.ts";
 
-/** `keys rotate KEY [--yes]`. */
+/** `keys rotate KEY [--overlap DURATION] [--until-first-use] [--yes]`. */
 export const rotate: Command = {
   summary: "revoke a key and generate its replacement in one step",
-  usage: "rotate KEY [--yes]",
-  options: { yes: YES_OPTION },
+  usage: "rotate KEY [--overlap DURATION] [--until-first-use] [--yes]",
+  options: {
+    overlap: {
+      type: "string",
+      help:
+        "keep the old key working this long (60s, 15m, 2h, 7d), then revoke it",
+    },
+    "until-first-use": {
+      type: "boolean",
+      help: "with --overlap: revoke the old key as soon as the new one is used",
+    },
+    yes: YES_OPTION,
+  },
   positionals: [1, 1, KEY_ARGUMENT],
   notes: [
     "",
@@ -37,16 +49,24 @@ export const rotate: Command = {
     "to stderr, so NEW=$(deno task keys rotate KEY) captures only the key.",
     "The old key stays valid until the new one is written: if stdout does not",
     "take it (the reader has exited), nothing changes and the command exits 1.",
+    "With --overlap both keys work until the deadline (or, with",
+    "--until-first-use, until the new key's first use), when the server",
+    "revokes the old one; keys show and keys list show the pending retirement.",
     ...CONFIRM_NOTES.slice(1),
   ],
   async run(ctx) {
-    const { store, positionals, json, out, actor } = ctx;
+    const { store, positionals, json, out, actor, now } = ctx;
+    const overlap = overlapOption(ctx.values, { now });
     const target = await resolve(store, positionals[0]);
     // A revoked key cannot be rotated: say so without asking, or writing a key.
     if (target.status !== "valid") throw new RotateRevokedError(target.id);
     await confirm({
       question: `Rotate key ${describe(target)}? ` +
-        "It is revoked at once: requests with it get 401 until the installation has the new key.",
+        (overlap.overlapUntil
+          ? `It keeps working until ${overlap.overlapUntil}${
+            overlap.untilFirstUse ? " or the new key's first use" : ""
+          }, then gets 401.`
+          : "It is revoked at once: requests with it get 401 until the installation has the new key."),
       declined: `Key ${named(target)} was not rotated; ` +
         "answer y to rotate it, or pass --yes",
     }, { yes: ctx.values.yes === true, interactive: ctx.interactive });
@@ -72,8 +92,8 @@ export const rotate: Command = {
       );
     }
     const { revoked, created } = await rotateAfterWrite(store, target, {
-      fresh,
-      actor,
+      fresh: { ...fresh, expiresAt: replacementExpiry({ now }) },
+      rotation: { actor, ...overlap },
     });
     try {
       out.deliver(
@@ -94,9 +114,13 @@ export const rotate: Command = {
       );
     }
     report(
-      `Revoked key ${revoked.id} and created key ${named(created)} for ${
-        visible(created.email)
-      }.\n${STORE_WARNING}`,
+      `${
+        revoked.status === "valid"
+          ? `Key ${revoked.id} keeps working until ${revoked.expiresAt}${
+            created.retires === null ? "" : ` or key ${created.id}'s first use`
+          }; created`
+          : `Revoked key ${revoked.id} and created`
+      } key ${named(created)} for ${visible(created.email)}.\n${STORE_WARNING}`,
     );
   },
 };
@@ -109,12 +133,13 @@ export const rotate: Command = {
 async function rotateAfterWrite(
   store: KeyStore,
   target: KeyRecord,
-  options: { fresh: { hash: string; hint: string }; actor: string },
+  options: {
+    fresh: { hash: string; hint: string; expiresAt: string | null };
+    rotation: RotateOptions;
+  },
 ): Promise<{ revoked: KeyRecord; created: KeyRecord }> {
   try {
-    return await store.rotate(target.id, options.fresh, {
-      actor: options.actor,
-    });
+    return await store.rotate(target.id, options.fresh, options.rotation);
   } catch (error) {
     const cause = failure(error);
     let state: string;
@@ -138,4 +163,24 @@ async function rotateAfterWrite(
       `The key written to stdout was not stored and does not work (${cause}); discard it; ${state}; run the command again`,
     );
   }
+}
+
+/** `--overlap` and `--until-first-use`, checked before anything is asked or written. */
+function overlapOption(
+  values: Record<string, string | boolean | undefined>,
+  options: { now: number },
+): Pick<RotateOptions, "overlapUntil" | "untilFirstUse"> {
+  const untilFirstUse = values["until-first-use"] === true;
+  if (typeof values.overlap !== "string") {
+    if (untilFirstUse) {
+      throw new UsageError(
+        "--until-first-use needs --overlap DURATION, the longest the old key may keep working",
+      );
+    }
+    return {};
+  }
+  return {
+    overlapUntil: overlapDeadline(values.overlap, options),
+    untilFirstUse,
+  };
 }

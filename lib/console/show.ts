@@ -5,7 +5,8 @@
  */
 
 import { type Command, KEY_ARGUMENT } from "./command.ts";
-import { printRecord, resolve } from "./_records.ts";
+import { pendingRetirement, printRecord, resolve } from "./_records.ts";
+import { visible } from "./_output.ts";
 
 /** `keys show KEY`. */
 export const show: Command = {
@@ -15,6 +16,12 @@ export const show: Command = {
   positionals: [1, 1, KEY_ARGUMENT],
   notes: ["", "Times are shown exactly (ISO 8601) and relative to now."],
   async run(ctx) {
-    printRecord(ctx, await resolve(ctx.store, ctx.positionals[0]));
+    const record = await resolve(ctx.store, ctx.positionals[0]);
+    printRecord(ctx, record);
+    const pending = await pendingRetirement(ctx.store, record);
+    // Outside the JSON value, which holds the same facts in its fields.
+    if (pending !== null && !ctx.json) {
+      ctx.out.line(`${"retirement".padEnd(14)}${visible(pending)}`);
+    }
   },
 };

@@ -15,6 +15,7 @@ import {
   KeyIdsExhaustedError,
   KeyNotFoundError,
   NameTakenError,
+  RotateRetiringError,
   RotateRevokedError,
   StoreInputError,
   StoreUnavailableError,
@@ -94,6 +95,9 @@ function inputProblem(error: StoreInputError): string {
   }
   if (error instanceof RotateRevokedError) {
     return `Key ${error.id} is revoked; create a new key instead of rotating it`;
+  }
+  if (error instanceof RotateRetiringError) {
+    return `Key ${error.id} is already being replaced by key ${error.replacedBy}; rotate key ${error.replacedBy} instead, or revoke key ${error.id} now`;
   }
   if (error instanceof KeyIdsExhaustedError) {
     return `Key ids have reached ${error.limit}, the highest there is; move the keys to a new store with "keys export" and an edited import`;

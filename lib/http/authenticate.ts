@@ -21,6 +21,7 @@ import { DEFAULT_LOCKOUT } from "../config.ts";
 import { KeyLookup } from "../key_lookup.ts";
 import type { LastUsedRecorder } from "../last_used.ts";
 import { type LockEvent, LockoutTracker } from "../lockout.ts";
+import { Retirements } from "../retirement.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import { countOutcome } from "../telemetry.ts";
@@ -74,6 +75,13 @@ export function createAuthenticator(
   const lookup = new KeyLookup(store);
   lookup.warm().catch(() => {});
   const { lastUsed, log } = options;
+  const retirements = new Retirements(store, {
+    onError: (error) =>
+      log?.({
+        msg: "error",
+        error: error instanceof Error ? error.name : typeof error,
+      }),
+  });
 
   const refuseLocked = (
     counted: string,
@@ -91,6 +99,7 @@ export function createAuthenticator(
         request.headers.get(API_KEY_HEADER),
       );
       if (!result.ok) {
+        if (result.reason === "expired") retirements.lapsed(result.record);
         const lock = lockout.fail(counted);
         noteLock(lock, client);
         if (!lock && lockout.retryAfter(counted) > 0) {
@@ -101,12 +110,17 @@ export function createAuthenticator(
         }
         // Counted as answered: one outcome per request, 401 or 429.
         countOutcome(
-          result.reason === "revoked" ? "revoked" : "invalid",
+          result.reason === "revoked" || result.reason === "expired"
+            ? "revoked"
+            : "invalid",
           route,
         );
         return { ok: false, response: unauthorized() };
       }
       if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
+      // Before the success is answered, so that the old key is refused on
+      // every instance from the next request on.
+      await retirements.firstUse(result.record);
       lockout.succeeded(counted);
       countOutcome("ok", route);
       lastUsed?.used(result.record.id, Date.now());

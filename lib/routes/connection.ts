@@ -18,6 +18,8 @@ export interface ConnectionStatus {
   apiKeyId: number;
   email: string;
   serverUtc: string;
+  /** When the key stops working (its lifetime, or a rotation's deadline); absent when never. */
+  apiKeyExpiresAt?: string;
 }
 
 /** The route; `now` is the server clock, which tests pin. */
@@ -37,6 +39,7 @@ export function connectionRoute(
           email: key.email,
           serverUtc: now().toISOString(),
         };
+        if (key.expiresAt !== null) status.apiKeyExpiresAt = key.expiresAt;
         return json(200, status);
       },
     },

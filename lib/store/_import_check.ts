@@ -65,6 +65,24 @@ function _field<T>(id: number, check: () => T): T {
   }
 }
 
+/** A retiring valid key shares its name with its replacement; it is bounded only. */
+function nameOk(name: string): boolean {
+  return name.length <= REVOKED_NAME_MAX;
+}
+
+/** The rotation links are key ids or null (exports before version 2 have none). */
+function checkLinks(record: KeyRecord): void {
+  for (const field of ["replacedBy", "retires"] as const) {
+    const value = record[field] ?? null;
+    if (
+      value !== null &&
+      !(Number.isInteger(value) && value >= 1 && value <= MAX_KEY_ID)
+    ) {
+      fail(record.id, "id_out_of_range", { limit: MAX_KEY_ID });
+    }
+  }
+}
+
 /**
  * Checks one import's records and audit lines as they stream by, remembering
  * what must stay unique across the whole import.
@@ -98,11 +116,15 @@ export class ImportChecker {
     if (typeof record.name !== "string") fail(id, "name_missing");
     if (typeof record.email !== "string") fail(id, "email_missing");
     _field(id, () => normalizeEmail(record.email));
-    if (record.status === "valid") {
+    if (record.status === "valid" && (record.replacedBy ?? null) === null) {
       const key = _field(id, () => nameKey(record.name));
       if (this.#names.has(key)) fail(id, "name_repeated");
       this.#names.add(key);
-    } else if (record.name.length > REVOKED_NAME_MAX) {
+    } else if (
+      record.status === "valid"
+        ? !nameOk(record.name)
+        : record.name.length > REVOKED_NAME_MAX
+    ) {
       fail(id, "name_too_long", { limit: REVOKED_NAME_MAX });
     }
     const hint = record.hint ?? "";
@@ -112,7 +134,14 @@ export class ImportChecker {
     if (!isIso(record.createdAt)) {
       fail(id, "time_malformed", { recordField: "createdAt" });
     }
-    for (const field of ["revokedAt", "exposedAt", "lastUsedAt"] as const) {
+    for (
+      const field of [
+        "revokedAt",
+        "exposedAt",
+        "lastUsedAt",
+        "expiresAt",
+      ] as const
+    ) {
       if (!isoOrNull(record[field] ?? null)) {
         fail(id, "time_malformed", { recordField: field });
       }
@@ -129,6 +158,7 @@ export class ImportChecker {
         limit: EXPOSED_FROM_MAX,
       });
     }
+    checkLinks(record);
     this.#ids.add(id);
     this.#hashes.add(record.hash);
     this.maxId = Math.max(this.maxId, id);
@@ -145,6 +175,9 @@ export class ImportChecker {
       exposedAt: record.exposedAt ?? null,
       exposedFrom: record.exposedFrom ?? null,
       lastUsedAt: record.lastUsedAt ?? null,
+      expiresAt: record.expiresAt ?? null,
+      replacedBy: record.replacedBy ?? null,
+      retires: record.retires ?? null,
     };
   }
 

@@ -16,6 +16,7 @@ export type StoreInputCode =
   | "key_not_found"
   | "name_taken"
   | "rotate_revoked"
+  | "rotate_retiring"
   | "key_collision"
   | "key_ids_exhausted"
   | "invalid_name"
@@ -94,6 +95,22 @@ export class RotateRevokedError extends StoreInputError {
   constructor(id: number) {
     super("rotate_revoked", `Key ${id} is revoked and cannot be rotated`);
     this.id = id;
+  }
+}
+
+/** The key is in a rotation's overlap already: its replacement is the one to rotate. */
+export class RotateRetiringError extends StoreInputError {
+  override name = "RotateRetiringError";
+  readonly id: number;
+  readonly replacedBy: number;
+
+  constructor(id: number, replacedBy: number) {
+    super(
+      "rotate_retiring",
+      `Key ${id} is retiring, replaced by key ${replacedBy}`,
+    );
+    this.id = id;
+    this.replacedBy = replacedBy;
   }
 }
 

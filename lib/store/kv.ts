@@ -53,8 +53,12 @@ import {
   newRecord,
   normalizeEmail,
   normalizeName,
+  refuseRetiring,
+  retiredRecord,
   revokedRecord,
-  rotatedRecord,
+  rotateDetail,
+  rotation,
+  withLifecycle,
 } from "./records.ts";
 import type {
   AuditEntry,
@@ -64,8 +68,10 @@ import type {
   KeyRecord,
   KeyStore,
   NewKeyInput,
+  RetireOptions,
   RevokeOptions,
   RevokeResult,
+  RotateOptions,
   RotateResult,
 } from "./types.ts";
 
@@ -167,8 +173,9 @@ export class KvKeyStore implements KeyStore {
       [KeyRecord, string, unknown]
     >([keyById(id), lastUsedKey(id), IMPORTING]);
     if (marker.value !== null) throw new ImportStateError("import_unfinished");
-    return record.value &&
-      { ...record.value, lastUsedAt: notBefore(used.value, record.value) };
+    return record.value && withLifecycle(
+      { ...record.value, lastUsedAt: notBefore(used.value, record.value) },
+    );
   }
 
   async getByName(name: string): Promise<KeyRecord | null> {
@@ -198,7 +205,7 @@ export class KvKeyStore implements KeyStore {
         const lastUsedAt = !next.done && next.value.key[1] === id
           ? notBefore(next.value.value, entry.value)
           : null;
-        yield { ...entry.value, lastUsedAt };
+        yield withLifecycle({ ...entry.value, lastUsedAt });
       }
     }
   }
@@ -238,7 +245,7 @@ export class KvKeyStore implements KeyStore {
       const record = revokedRecord(current.value, at, options.reason);
       const op = this.#kv.atomic().check(current);
       putRecord(op, record);
-      op.delete(keyByName(record.name));
+      await this.#releaseName(op, record);
       audit(op, at, revision, {
         action: "revoke",
         keyId: id,
@@ -251,8 +258,8 @@ export class KvKeyStore implements KeyStore {
 
   rotate(
     id: number,
-    replacement: Pick<NewKeyInput, "hash" | "hint">,
-    options: ChangeOptions,
+    replacement: Pick<NewKeyInput, "hash" | "hint" | "expiresAt">,
+    options: RotateOptions,
   ): Promise<RotateResult> {
     return this.#change(async (at, revision) => {
       const current = await this.#kv.get<KeyRecord>(keyById(id));
@@ -260,18 +267,22 @@ export class KvKeyStore implements KeyStore {
       if (current.value.status === "revoked") {
         throw new RotateRevokedError(id);
       }
+      refuseRetiring(withLifecycle(current.value));
       const [counter, byHash] = await this.#kv.getMany<
         [Deno.KvU64, KeyRecord]
       >([KEY_ID_COUNTER, keyByHash(replacement.hash)]);
       if (byHash.value !== null) {
         throw new KeyCollisionError();
       }
-      const created = newRecord(nextId(counter), {
-        ...replacement,
-        name: current.value.name,
-        email: current.value.email,
-      }, at);
-      const old = rotatedRecord(current.value, at, created.id);
+      const { created, old } = rotation(
+        withLifecycle(current.value),
+        newRecord(nextId(counter), {
+          ...replacement,
+          name: current.value.name,
+          email: current.value.email,
+        }, at),
+        { at, ...options },
+      );
       const op = this.#kv.atomic().check(current, counter, byHash)
         .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(created.id)));
       putRecord(op, old);
@@ -281,10 +292,60 @@ export class KvKeyStore implements KeyStore {
         action: "rotate",
         keyId: id,
         actor: options.actor,
-        detail: AUDIT_DETAIL.rotate(created.id),
+        detail: rotateDetail(created.id, options),
       });
       return { op, result: { revoked: old, created } };
     });
+  }
+
+  retire(id: number, options: RetireOptions): Promise<RevokeResult> {
+    return this.#change<RevokeResult>(async (at, revision) => {
+      const self = await this.#kv.get<KeyRecord>(keyById(id));
+      if (self.value === null) throw new KeyNotFoundError(id);
+      const firstUse = options.cause === "first_use";
+      const targetId = firstUse ? self.value.retires ?? null : id;
+      if (targetId === null) {
+        return { op: null, result: { record: self.value, changed: false } };
+      }
+      const target = targetId === id
+        ? self
+        : await this.#kv.get<KeyRecord>(keyById(targetId));
+      const op = this.#kv.atomic().check(self);
+      if (target !== self) op.check(target);
+      // The link is spent whatever became of the old key, so the write
+      // happens once.
+      if (firstUse) putRecord(op, { ...self.value, retires: null });
+      const record = target.value &&
+        retiredRecord(
+          withLifecycle(target.value),
+          at,
+          firstUse ? self.value : undefined,
+        );
+      if (record === null) {
+        return firstUse
+          ? { op, result: { record: self.value, changed: false } }
+          : { op: null, result: { record: self.value, changed: false } };
+      }
+      putRecord(op, record);
+      await this.#releaseName(op, record);
+      audit(op, at, revision, {
+        action: "revoke",
+        keyId: record.id,
+        actor: options.actor,
+        detail: record.revokedReason,
+      });
+      return { op, result: { record, changed: true } };
+    });
+  }
+
+  /** Frees a revoked key's name, unless a replacement holds it by now. */
+  async #releaseName(
+    op: Deno.AtomicOperation,
+    record: KeyRecord,
+  ): Promise<void> {
+    const byName = await this.#kv.get<number>(keyByName(record.name));
+    op.check(byName);
+    if (byName.value === record.id) op.delete(keyByName(record.name));
   }
 
   async *audit(options: { keyId?: number } = {}): AsyncIterable<AuditEntry> {
@@ -327,7 +388,9 @@ export class KvKeyStore implements KeyStore {
     }
     return {
       revision: entries[0].value?.value ?? 0n,
-      record: entries[1].value === null ? entries[2].value : null,
+      record: entries[1].value === null && entries[2].value !== null
+        ? withLifecycle(entries[2].value)
+        : null,
     };
   }
 
@@ -508,7 +571,7 @@ export class KvKeyStore implements KeyStore {
         const stored = { ...record, lastUsedAt: null };
         await batch.set(keyById(record.id), stored);
         await batch.set(keyByHash(record.hash), stored);
-        if (record.status === "valid") {
+        if (record.status === "valid" && record.replacedBy === null) {
           await batch.set(keyByName(record.name), record.id);
         }
         if (record.lastUsedAt) {
@@ -669,7 +732,7 @@ function nextId(counter: Deno.KvEntryMaybe<Deno.KvU64>): number {
 
 function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
   // lastUsedAt lives under its own key; the stored copies always say null.
-  const stored = { ...record, lastUsedAt: null };
+  const stored = { ...withLifecycle(record), lastUsedAt: null };
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
 }
 

@@ -10,8 +10,14 @@ import {
   escapeControlCharacters,
   hasControlCharacters,
 } from "../_control_characters.ts";
-import { InvalidFieldError } from "./errors.ts";
-import type { ExportItem, KeyRecord, KeyStore, NewKeyInput } from "./types.ts";
+import { InvalidFieldError, RotateRetiringError } from "./errors.ts";
+import type {
+  ExportItem,
+  KeyRecord,
+  KeyStore,
+  NewKeyInput,
+  RotateOptions,
+} from "./types.ts";
 
 /**
  * The highest key id: below 2^31, so that ids stay exact wherever they are
@@ -126,20 +132,110 @@ function shortened(text: string, max: number): string {
 
 /** The words of the audit log's details, alike in every store. */
 export const AUDIT_DETAIL = {
-  rotate: (createdId: number): string => `replaced by key ${createdId}`,
+  /** With an overlap, the old key's deadline follows a semicolon. */
+  rotate: (
+    createdId: number,
+    overlap?: { until: string; untilFirstUse: boolean },
+  ): string =>
+    `replaced by key ${createdId}` +
+    (overlap === undefined
+      ? ""
+      : `; the old key works until ${overlap.until}${
+        overlap.untilFirstUse ? ` or key ${createdId}'s first use` : ""
+      }`),
   /**
    * The id a rotation line names as the replacement, read back from the
    * words `rotate` wrote: the log keeps no other link, and lines written by
    * any earlier version read back alike. Null for any other text.
    */
   replacementOf: (detail: string | null): number | null => {
-    const id = /^replaced by key ([1-9]\d{0,15})$/.exec(detail ?? "")?.[1];
+    const id = /^replaced by key ([1-9]\d{0,15})(?:; .*)?$/.exec(detail ?? "")
+      ?.[1];
     return id === undefined || !Number.isSafeInteger(Number(id))
       ? null
       : Number(id);
   },
   expose: (from: string): string => `sent in a URL from ${from}; rotate it`,
+  /** The reason of a key whose own lifetime ended. */
+  expired: "expired",
+  /** The reason of a key whose rotation overlap ended at its deadline. */
+  overlapEnded: (createdId: number): string =>
+    `rotation overlap ended: replaced by key ${createdId}`,
+  /** The reason of a key retired by its replacement's first use. */
+  firstUsed: (createdId: number): string =>
+    `replaced by key ${createdId}, which was first used`,
 };
+
+/** When a key stops authenticating, in ms since the epoch; Infinity for never. */
+export function expiryMs(record: KeyRecord): number {
+  if (record.expiresAt === null) return Infinity;
+  const ms = Date.parse(record.expiresAt);
+  // A time nobody can read fails closed: the key counts as expired.
+  return Number.isNaN(ms) ? -Infinity : ms;
+}
+
+/**
+ * The record as it stands at `now`: a valid key past its `expiresAt` is
+ * revoked as of that time, whether or not a store has written so yet, so
+ * that no reader depends on a background job.
+ */
+export function recordAt(record: KeyRecord, now: number): KeyRecord {
+  if (record.status !== "valid" || now < expiryMs(record)) return record;
+  return {
+    ...record,
+    status: "revoked",
+    revokedAt: record.expiresAt,
+    revokedReason: record.replacedBy === null
+      ? AUDIT_DETAIL.expired
+      : AUDIT_DETAIL.overlapEnded(record.replacedBy),
+  };
+}
+
+/**
+ * A record read from a store that may predate the lifecycle fields: the
+ * missing ones read as null.
+ */
+export function withLifecycle(record: KeyRecord): KeyRecord {
+  return {
+    ...record,
+    expiresAt: record.expiresAt ?? null,
+    replacedBy: record.replacedBy ?? null,
+    retires: record.retires ?? null,
+  };
+}
+
+/**
+ * The old key of a rotation with an overlap: still valid, retiring at
+ * `until` (or sooner, when its own lifetime ends first).
+ */
+export function overlappedRecord(
+  record: KeyRecord,
+  until: string,
+  createdId: number,
+): KeyRecord {
+  const expiresAt = Date.parse(until) < expiryMs(record)
+    ? until
+    : record.expiresAt;
+  return { ...record, expiresAt, replacedBy: createdId };
+}
+
+/**
+ * What {@linkcode KeyStore.retire} does to `target`, decided alike in every
+ * store: the revoked record, or null when there is nothing to revoke.
+ * `replacement` is the key whose first use retires `target`, if that is
+ * the cause.
+ */
+export function retiredRecord(
+  target: KeyRecord,
+  at: Date,
+  replacement?: KeyRecord,
+): KeyRecord | null {
+  if (target.status !== "valid") return null;
+  const lapsed = recordAt(target, at.getTime());
+  if (lapsed.status === "revoked") return lapsed;
+  if (replacement === undefined) return null;
+  return revokedRecord(target, at, AUDIT_DETAIL.firstUsed(replacement.id));
+}
 
 /** A new valid record: the one shape every store creates. */
 export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
@@ -156,6 +252,9 @@ export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
     exposedAt: null,
     exposedFrom: null,
     lastUsedAt: null,
+    expiresAt: input.expiresAt ?? null,
+    replacedBy: null,
+    retires: null,
   };
 }
 
@@ -180,6 +279,48 @@ export function rotatedRecord(
   createdId: number,
 ): KeyRecord {
   return revokedRecord(record, at, `rotated: replaced by key ${createdId}`);
+}
+
+/** A key rotated with an overlap is already on its way out: rotate its replacement. */
+export function refuseRetiring(record: KeyRecord): void {
+  if (record.replacedBy !== null) {
+    throw new RotateRetiringError(record.id, record.replacedBy);
+  }
+}
+
+/**
+ * The two records of a rotation, alike in every store: the old one revoked
+ * now, or still valid through its overlap.
+ */
+export function rotation(
+  current: KeyRecord,
+  fresh: KeyRecord,
+  options: RotateOptions & { at: Date },
+): { created: KeyRecord; old: KeyRecord } {
+  if (options.overlapUntil === undefined) {
+    return {
+      created: fresh,
+      old: rotatedRecord(current, options.at, fresh.id),
+    };
+  }
+  return {
+    created: { ...fresh, retires: options.untilFirstUse ? current.id : null },
+    old: overlappedRecord(current, options.overlapUntil, fresh.id),
+  };
+}
+
+/** The audit detail of a rotation, with its overlap when it has one. */
+export function rotateDetail(
+  createdId: number,
+  options: RotateOptions,
+): string {
+  return AUDIT_DETAIL.rotate(
+    createdId,
+    options.overlapUntil === undefined ? undefined : {
+      until: options.overlapUntil,
+      untilFirstUse: options.untilFirstUse === true,
+    },
+  );
 }
 
 /** The record without its hash, as the console shows it. */

@@ -37,6 +37,19 @@ export interface KeyRecord {
    * record.
    */
   lastUsedAt: string | null;
+  /**
+   * When a valid key stops authenticating, checked at request time: set at
+   * creation, or as the deadline of a rotation's overlap. Null: never. A
+   * key past it is revoked whether or not the store has written so yet.
+   */
+  expiresAt: string | null;
+  /** On a key rotated with an overlap: the id of its replacement. */
+  replacedBy: number | null;
+  /**
+   * On a replacement that retires its predecessor at its first use: the id
+   * of the key revoked when this one first authenticates. Null once done.
+   */
+  retires: number | null;
 }
 
 /** What the admin supplies for a new key, plus the hash of the generated secret. */
@@ -45,6 +58,8 @@ export interface NewKeyInput {
   email: string;
   hash: string;
   hint: string;
+  /** When the key stops working; none when absent or null. */
+  expiresAt?: string | null;
 }
 
 /** One line of the audit log. */
@@ -65,6 +80,26 @@ export interface ChangeOptions {
 /** Options of {@linkcode KeyStore.revoke}. */
 export interface RevokeOptions extends ChangeOptions {
   reason?: string;
+}
+
+/** Options of {@linkcode KeyStore.rotate}. */
+export interface RotateOptions extends ChangeOptions {
+  /**
+   * Keep the old key valid until this time (ISO 8601) instead of revoking
+   * it now; it is then revoked as its replacement's `replacedBy`.
+   */
+  overlapUntil?: string;
+  /** With `overlapUntil`: also retire the old key at the new one's first use. */
+  untilFirstUse?: boolean;
+}
+
+/** Options of {@linkcode KeyStore.retire}. */
+export interface RetireOptions extends ChangeOptions {
+  /**
+   * `deadline`: revoke key `id` if its `expiresAt` has passed. `first_use`:
+   * key `id` has authenticated, so revoke the key its `retires` names.
+   */
+  cause: "deadline" | "first_use";
 }
 
 /** Options of {@linkcode KeyStore.markExposed}. */
@@ -111,9 +146,15 @@ export interface KeyStore {
   /** Revokes a key and stores its replacement, same name and e-mail, in one step. */
   rotate(
     id: number,
-    replacement: Pick<NewKeyInput, "hash" | "hint">,
-    options: ChangeOptions,
+    replacement: Pick<NewKeyInput, "hash" | "hint" | "expiresAt">,
+    options: RotateOptions,
   ): Promise<RotateResult>;
+  /**
+   * Writes the revocation that a key's lifetime already decided (see
+   * {@linkcode RetireOptions}); once only, audited under the revoked key.
+   * `changed` is false when there was nothing to do.
+   */
+  retire(id: number, options: RetireOptions): Promise<RevokeResult>;
   /** The audit log, oldest first, streamed. */
   audit(options?: { keyId?: number }): AsyncIterable<AuditEntry>;
   /**

@@ -764,4 +764,157 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     );
     assert.equal((await lookup.authenticate(ok.key)).ok, true);
   });
+
+  test("rotate() with an overlap keeps the old key valid until its deadline, beside its replacement", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const until = new Date(Date.now() + 3_600_000).toISOString();
+    const fresh = generateApiKey();
+    const { revoked: old, created } = await store.rotate(a.id, fresh, {
+      actor: ACTOR,
+      overlapUntil: until,
+    });
+    assert.equal(old.status, "valid");
+    assert.equal(old.expiresAt, until);
+    assert.equal(old.replacedBy, created.id);
+    assert.equal(created.retires, null);
+    assert.equal((await store.findByHash(a.hash))?.status, "valid");
+    assert.equal((await store.getByName("a"))?.id, created.id);
+    assert.equal(
+      (await collect(store.list())).map((r) => r.id).join(),
+      `${a.id},${created.id}`,
+    );
+    const [, rotation] = await collect(store.audit());
+    assert.equal(rotation.action, "rotate");
+    assert.match(rotation.detail!, new RegExp(`until ${until}`));
+    assert.deepEqual(
+      (await collect(keyLineAudit(store, created.id))).map((e) => e.keyId),
+      [a.id, a.id],
+    );
+    await assert.rejects(
+      store.rotate(a.id, generateApiKey(), { actor: ACTOR }),
+      StoreInputError,
+    );
+    // Not yet due: retiring by the deadline changes nothing.
+    assert.equal(
+      (await store.retire(a.id, { actor: "server", cause: "deadline" }))
+        .changed,
+      false,
+    );
+    // The replacement can be revoked on its own; the old key keeps its overlap.
+    await store.revoke(created.id, { actor: ACTOR });
+    assert.equal((await store.get(a.id))?.status, "valid");
+    await store.create(input("a"), { actor: ACTOR });
+  });
+
+  test("retire() revokes a key past its expiresAt once, as of that time, with the reason expired", async (store) => {
+    const past = new Date(Date.now() - 1000).toISOString();
+    const a = await store.create({ ...input("a"), expiresAt: past }, {
+      actor: ACTOR,
+    });
+    assert.equal(a.expiresAt, past);
+    const revision = await store.revision();
+    const first = await store.retire(a.id, {
+      actor: "expiry",
+      cause: "deadline",
+    });
+    assert.equal(first.changed, true);
+    assert.equal(first.record.status, "revoked");
+    assert.equal(first.record.revokedAt, past);
+    assert.equal(first.record.revokedReason, "expired");
+    assert.ok(await store.revision() > revision);
+    assert.equal(
+      (await store.retire(a.id, { actor: "expiry", cause: "deadline" }))
+        .changed,
+      false,
+    );
+    const last = (await collect(store.audit())).at(-1)!;
+    assert.deepEqual([last.action, last.actor, last.detail], [
+      "revoke",
+      "expiry",
+      "expired",
+    ]);
+    // The name is free again.
+    await store.create(input("a"), { actor: ACTOR });
+  });
+
+  test("retire() at a replacement's first use revokes the key it retires, once, and spends the link", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const { created } = await store.rotate(a.id, generateApiKey(), {
+      actor: ACTOR,
+      overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+      untilFirstUse: true,
+    });
+    assert.equal(created.retires, a.id);
+    const result = await store.retire(created.id, {
+      actor: "server",
+      cause: "first_use",
+    });
+    assert.equal(result.changed, true);
+    assert.equal(result.record.id, a.id);
+    assert.equal(
+      (await store.findByHash(a.hash))?.revokedReason,
+      `replaced by key ${created.id}, which was first used`,
+    );
+    assert.equal((await store.get(created.id))?.retires, null);
+    assert.equal((await store.get(created.id))?.status, "valid");
+    const revision = await store.revision();
+    assert.equal(
+      (await store.retire(created.id, { actor: "server", cause: "first_use" }))
+        .changed,
+      false,
+    );
+    assert.equal(await store.revision(), revision);
+    const last = (await collect(store.audit())).at(-1)!;
+    assert.deepEqual([last.action, last.keyId, last.actor], [
+      "revoke",
+      a.id,
+      "server",
+    ]);
+  });
+
+  test("an export carries expiresAt, replacedBy and retires, and an import restores them", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const later = new Date(Date.now() + 86_400_000).toISOString();
+    await store.create({ ...input("b"), expiresAt: later }, { actor: ACTOR });
+    await store.rotate(a.id, generateApiKey(), {
+      actor: ACTOR,
+      overlapUntil: later,
+      untilFirstUse: true,
+    });
+    const items = await collect(store.exportAll());
+    await using target = await open();
+    await target.importAll(
+      (async function* () {
+        yield* items;
+      })(),
+      { actor: ACTOR },
+    );
+    const restored = await collect(target.list({ includeRevoked: true }));
+    assert.deepEqual(
+      restored.map((r) => [r.id, r.expiresAt, r.replacedBy, r.retires]),
+      [[1, later, 3, null], [2, later, null, null], [3, null, null, 1]],
+    );
+    assert.equal((await target.getByName("a"))?.id, 3);
+  });
+
+  test("a record exported before lifetimes (version 1, without the fields) imports with them null", async (store) => {
+    const { record } = importedKey(1);
+    const {
+      expiresAt: _e,
+      replacedBy: _r,
+      retires: _t,
+      ...old
+    } = record;
+    await store.importAll(
+      (async function* () {
+        yield { type: "key", record: old as KeyRecord } as ExportItem;
+      })(),
+      { actor: ACTOR },
+    );
+    const got = await store.get(1);
+    assert.deepEqual(
+      [got?.expiresAt, got?.replacedBy, got?.retires],
+      [null, null, null],
+    );
+  });
 }

@@ -7,7 +7,8 @@
  *   Every change locks it first (`SELECT … FOR UPDATE`), so changes are
  *   totally ordered, ids come out 1, 2, 3 … and the audit follows that order.
  * - `keys`: one row per key, valid or revoked; `hash` is unique, and a partial
- *   unique index keeps `name_key` unique among valid keys.
+ *   unique index keeps `name_key` unique among valid keys not being replaced
+ *   (a key in a rotation's overlap shares its name with its replacement).
  * - `audit`: one row per change, keyed by the revision it produced.
  * - `last_used`: when a key last authenticated, apart from `keys` so that it
  *   neither moves the revision nor waits on the `meta` lock.
@@ -93,6 +94,15 @@ const MIGRATIONS: readonly string[] = [
     detail text
   );
   CREATE INDEX audit_by_key ON audit (key_id, seq);
+  `,
+  // 2: lifetimes and rotations with an overlap. A retiring key stays valid
+  // beside its replacement, so only keys not being replaced hold a name.
+  `
+  ALTER TABLE keys ADD COLUMN expires_at timestamptz,
+    ADD COLUMN replaced_by bigint, ADD COLUMN retires bigint;
+  DROP INDEX keys_valid_name_key;
+  CREATE UNIQUE INDEX keys_valid_name_key ON keys (name_key)
+    WHERE status = 'valid' AND replaced_by IS NULL;
   `,
 ];
 

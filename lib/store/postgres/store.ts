@@ -34,8 +34,11 @@ import {
   newRecord,
   normalizeEmail,
   normalizeName,
+  refuseRetiring,
+  retiredRecord,
   revokedRecord,
-  rotatedRecord,
+  rotateDetail,
+  rotation,
 } from "../records.ts";
 import type {
   AuditEntry,
@@ -46,8 +49,10 @@ import type {
   KeyStatus,
   KeyStore,
   NewKeyInput,
+  RetireOptions,
   RevokeOptions,
   RevokeResult,
+  RotateOptions,
   RotateResult,
 } from "../types.ts";
 import {
@@ -79,6 +84,9 @@ interface KeyRow {
   revoked_reason: string | null;
   exposed_at: Date | null;
   exposed_from: string | null;
+  expires_at: Date | null;
+  replaced_by: string | null;
+  retires: string | null;
   /**
    * Never before created_at: the queries raise an earlier time (a server
    * clock behind the console's, a version that rounded down) to it.
@@ -210,7 +218,8 @@ export class PostgresKeyStore implements KeyStore {
           CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
             AS last_used_at
         FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
-        WHERE k.name_key = ${key} AND k.status = 'valid'`
+        WHERE k.name_key = ${key} AND k.status = 'valid'
+          AND k.replaced_by IS NULL`
     );
     return rows.length === 0 ? null : toRecord(rows[0], true);
   }
@@ -258,11 +267,13 @@ export class PostgresKeyStore implements KeyStore {
     return await this.#change(async ({ tx, at, nextId }) => {
       const key = nameKey(name);
       const [byName] = await tx<{ id: string }[]>`
-        SELECT id FROM keys WHERE name_key = ${key} AND status = 'valid'`;
+        SELECT id FROM keys WHERE name_key = ${key} AND status = 'valid'
+          AND replaced_by IS NULL`;
       if (byName) throw new NameTakenError(name, Number(byName.id));
       await refuseCollision(tx, input.hash);
       const record = newRecord(nextId(), { ...input, name, email }, at);
       await insertKey(tx, record);
+      await saveLifecycle(tx, record);
       return {
         result: record,
         audit: {
@@ -297,31 +308,70 @@ export class PostgresKeyStore implements KeyStore {
 
   async rotate(
     id: number,
-    replacement: Pick<NewKeyInput, "hash" | "hint">,
-    options: ChangeOptions,
+    replacement: Pick<NewKeyInput, "hash" | "hint" | "expiresAt">,
+    options: RotateOptions,
   ): Promise<RotateResult> {
     return await this.#change(async ({ tx, at, nextId }) => {
       const current = await currentRecord(tx, id);
       if (current.status === "revoked") {
         throw new RotateRevokedError(id);
       }
+      refuseRetiring(current);
       await refuseCollision(tx, replacement.hash);
-      const created = newRecord(nextId(), {
-        ...replacement,
-        name: current.name,
-        email: current.email,
-      }, at);
-      const old = rotatedRecord(current, at, created.id);
-      // Revoke first: the partial unique index then lets the name pass on.
+      const { created, old } = rotation(
+        current,
+        newRecord(nextId(), {
+          ...replacement,
+          name: current.name,
+          email: current.email,
+        }, at),
+        { at, ...options },
+      );
+      // Revoke (or mark as replaced) first: the partial unique index then
+      // lets the name pass on.
       await saveRevocation(tx, old);
+      await saveLifecycle(tx, old);
       await insertKey(tx, created);
+      await saveLifecycle(tx, created);
       return {
         result: { revoked: old, created },
         audit: {
           action: "rotate",
           keyId: id,
           actor: options.actor,
-          detail: AUDIT_DETAIL.rotate(created.id),
+          detail: rotateDetail(created.id, options),
+        },
+      };
+    });
+  }
+
+  async retire(id: number, options: RetireOptions): Promise<RevokeResult> {
+    return await this.#change<RevokeResult>(async ({ tx, at }) => {
+      const self = await currentRecord(tx, id);
+      const firstUse = options.cause === "first_use";
+      const targetId = firstUse ? self.retires : id;
+      const unchanged = {
+        result: { record: self, changed: false },
+        audit: null,
+      };
+      if (targetId === null) return unchanged;
+      // The link is spent whatever became of the old key, so the write
+      // happens once.
+      if (firstUse) await tx`UPDATE keys SET retires = NULL WHERE id = ${id}`;
+      const [row] = await tx<
+        KeyRow[]
+      >`SELECT * FROM keys WHERE id = ${targetId}`;
+      const record = row &&
+        retiredRecord(toRecord(row, false), at, firstUse ? self : undefined);
+      if (!record) return unchanged;
+      await saveRevocation(tx, record);
+      return {
+        result: { record, changed: true },
+        audit: {
+          action: "revoke",
+          keyId: record.id,
+          actor: options.actor,
+          detail: record.revokedReason,
         },
       };
     });
@@ -494,8 +544,20 @@ async function insertKey(tx: Tx, record: KeyRecord): Promise<void> {
 
 async function saveRevocation(tx: Tx, record: KeyRecord): Promise<void> {
   await tx`
-    UPDATE keys SET status = 'revoked', revoked_at = ${record.revokedAt},
+    UPDATE keys SET status = ${record.status}, revoked_at = ${record.revokedAt},
       revoked_reason = ${record.revokedReason}
+    WHERE id = ${record.id}`;
+}
+
+/** The lifecycle fields (schema version 2), written apart from the rest. */
+async function saveLifecycle(tx: Tx, record: KeyRecord): Promise<void> {
+  if (
+    record.expiresAt === null && record.replacedBy === null &&
+    record.retires === null
+  ) return;
+  await tx`
+    UPDATE keys SET expires_at = ${record.expiresAt},
+      replaced_by = ${record.replacedBy}, retires = ${record.retires}
     WHERE id = ${record.id}`;
 }
 
@@ -573,6 +635,9 @@ async function writeImport(
         exposed_at: record.exposedAt,
         exposed_from: record.exposedFrom,
         last_used_at: record.lastUsedAt,
+        expires_at: record.expiresAt,
+        replaced_by: record.replacedBy,
+        retires: record.retires,
       });
       counts.keys++;
       counts.maxId = checker.maxId;
@@ -598,13 +663,16 @@ async function writeImport(
 async function insertImportedKeys(tx: Tx, json: string): Promise<void> {
   await tx`
     INSERT INTO keys (id, name, name_key, email, status, hash, hint,
-      created_at, revoked_at, revoked_reason, exposed_at, exposed_from)
+      created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
+      expires_at, replaced_by, retires)
     SELECT id, name, name_key, email, status, hash, hint,
-      created_at, revoked_at, revoked_reason, exposed_at, exposed_from
+      created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
+      expires_at, replaced_by, retires
     FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint, name text,
       name_key text, email text, status text, hash text, hint text,
       created_at timestamptz, revoked_at timestamptz, revoked_reason text,
-      exposed_at timestamptz, exposed_from text)`;
+      exposed_at timestamptz, exposed_from text,
+      expires_at timestamptz, replaced_by bigint, retires bigint)`;
   await tx`
     INSERT INTO last_used (key_id, at)
     SELECT id, last_used_at
@@ -645,6 +713,9 @@ function toRecord(row: KeyRow, withLastUsed: boolean): KeyRecord {
     exposedFrom: row.exposed_from,
     // Like the KV store, only get() and list() fill this in.
     lastUsedAt: withLastUsed ? row.last_used_at?.toISOString() ?? null : null,
+    expiresAt: row.expires_at?.toISOString() ?? null,
+    replacedBy: row.replaced_by === null ? null : Number(row.replaced_by),
+    retires: row.retires === null ? null : Number(row.retires),
   };
 }
 

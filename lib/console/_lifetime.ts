@@ -1,0 +1,103 @@
+/**
+ * A new key's lifetime as the admin asked for it (`--expires-in`,
+ * `--expires-at`) within the installation's `KEY_MAX_LIFETIME`, and the
+ * length of a rotation's overlap (`--overlap`).
+ *
+ * @module
+ */
+
+import { parseDuration, processEnv, readKeyMaxLifetime } from "../config.ts";
+import type { Context } from "./command.ts";
+import { UsageError } from "./errors.ts";
+
+/** The options of a command that creates a key with a lifetime. */
+export const LIFETIME_OPTIONS = {
+  "expires-in": {
+    type: "string",
+    help: "the key stops working after this long: 60s, 15m, 2h, 7d",
+  },
+  "expires-at": {
+    type: "string",
+    help:
+      "the key stops working at this time (ISO 8601, such as 2030-01-31T00:00:00Z)",
+  },
+} as const;
+
+/**
+ * When a new key expires (ISO 8601), or null for never: what was asked,
+ * else KEY_MAX_LIFETIME from now when it is set. Throws a UsageError for
+ * a time that is not one, is past, or lies beyond KEY_MAX_LIFETIME.
+ */
+export function requestedExpiry(
+  values: Context["values"],
+  options: { now: number },
+): string | null {
+  const max = readKeyMaxLifetime(processEnv);
+  const { now } = options;
+  const inText = values["expires-in"];
+  const atText = values["expires-at"];
+  if (typeof inText === "string" && typeof atText === "string") {
+    throw new UsageError("Give --expires-in or --expires-at, not both");
+  }
+  let at: number;
+  if (typeof inText === "string") {
+    const ms = parseDuration(inText);
+    if (ms === null) {
+      throw new UsageError(
+        `--expires-in must be a duration such as 60s, 15m, 2h or 7d, not ${
+          JSON.stringify(inText)
+        }`,
+      );
+    }
+    at = now + ms;
+  } else if (typeof atText === "string") {
+    at = /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)$/
+        .test(atText.trim())
+      ? Date.parse(atText.trim())
+      : NaN;
+    if (Number.isNaN(at)) {
+      throw new UsageError(
+        `--expires-at must be an ISO 8601 time with a zone, such as 2030-01-31T00:00:00Z, not ${
+          JSON.stringify(atText)
+        }`,
+      );
+    }
+    if (at <= now) {
+      throw new UsageError(
+        `--expires-at ${atText.trim()} has passed; give a time in the future`,
+      );
+    }
+  } else {
+    return max === null ? null : new Date(now + max).toISOString();
+  }
+  if (max !== null && at - now > max) {
+    throw new UsageError(
+      `The key would live longer than KEY_MAX_LIFETIME allows (${
+        processEnv("KEY_MAX_LIFETIME")?.trim()
+      }); ask for less, or raise KEY_MAX_LIFETIME`,
+    );
+  }
+  return new Date(at).toISOString();
+}
+
+/** The lifetime of a rotation's replacement: KEY_MAX_LIFETIME when set. */
+export function replacementExpiry(options: { now: number }): string | null {
+  const max = readKeyMaxLifetime(processEnv);
+  return max === null ? null : new Date(options.now + max).toISOString();
+}
+
+/** The deadline of `--overlap DURATION` from now (ISO 8601). */
+export function overlapDeadline(
+  text: string,
+  options: { now: number },
+): string {
+  const ms = parseDuration(text);
+  if (ms === null) {
+    throw new UsageError(
+      `--overlap must be a duration such as 60s, 15m, 2h or 7d, not ${
+        JSON.stringify(text)
+      }`,
+    );
+  }
+  return new Date(options.now + ms).toISOString();
+}

@@ -1,0 +1,34 @@
+/**
+ * Writes down the revocations that keys' lifetimes have already decided,
+ * before a command reads or changes the store, so that names are free again
+ * and the audit log says when and why. Nothing depends on it for safety:
+ * the server refuses a key past its deadline at request time either way.
+ *
+ * @module
+ */
+
+import { ImportStateError } from "../store/errors.ts";
+import { expiryMs } from "../store/records.ts";
+import type { KeyStore } from "../store/types.ts";
+
+/** Who the audit log says revoked a key whose lifetime ended. */
+export const EXPIRY_ACTOR = "expiry";
+
+/** Revokes every valid key past its deadline; returns how many. */
+export async function retireDue(store: KeyStore): Promise<number> {
+  const now = Date.now();
+  const due: number[] = [];
+  try {
+    for await (const record of store.list()) {
+      if (expiryMs(record) <= now) due.push(record.id);
+    }
+    for (const id of due) {
+      await store.retire(id, { actor: EXPIRY_ACTOR, cause: "deadline" });
+    }
+  } catch (error) {
+    // An unfinished import is the command's to report, with its fix.
+    if (error instanceof ImportStateError) return 0;
+    throw error;
+  }
+  return due.length;
+}

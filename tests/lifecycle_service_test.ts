@@ -1,0 +1,240 @@
+/**
+ * Key lifetimes and rotations with an overlap, end to end: the real server
+ * and console as child processes, on Deno KV and, when PostgreSQL is there,
+ * on two instances sharing one database.
+ */
+
+import assert from "node:assert/strict";
+import {
+  createKey,
+  keys,
+  runTask,
+  startServer,
+  tempDir,
+} from "./support/processes.ts";
+import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+const ROOT = new URL("../", import.meta.url).pathname;
+
+async function call(
+  base: string,
+  key: string,
+): Promise<{ status: number; body: string; headers: [string, string][] }> {
+  const response = await fetch(base + ROUTE, { headers: { "X-API-Key": key } });
+  const body = await response.text();
+  // The request id and date differ from answer to answer by design.
+  const headers = [...response.headers].filter(([name]) =>
+    !["date", "x-request-id"].includes(name)
+  );
+  return { status: response.status, body, headers };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+Deno.test("a key rotated with --overlap 2s works until its deadline and is refused on the first request after it", async () => {
+  using dir = tempDir();
+  const old = await createKey(dir.path, "berlin-erp");
+  await using server = await startServer(dir.path);
+  const rotate = await keys(dir.path, [
+    "rotate",
+    "berlin-erp",
+    "--overlap",
+    "2s",
+    "--yes",
+    "--json",
+  ]);
+  assert.equal(rotate.code, 0, rotate.stderr);
+  const rotated = JSON.parse(rotate.stdout);
+  const deadline = Date.parse(rotated.replaces.expiresAt);
+  const show = await keys(dir.path, ["show", String(old.id)]);
+  assert.match(show.stdout, /^status +valid$/m);
+  assert.match(
+    show.stdout,
+    new RegExp(
+      `^retirement +revoked at .*, replaced by key ${rotated.id}$`,
+      "m",
+    ),
+  );
+  // Polled until just past the deadline: the old key answers 200 before it
+  // and 401 from the first request after it; the new key always 200.
+  let refusedAt = 0;
+  for (let i = 0; i < 200 && refusedAt === 0; i++) {
+    const before = Date.now();
+    const answer = await call(server.url, old.key);
+    const after = Date.now();
+    if (answer.status === 401) {
+      assert.ok(
+        after >= deadline,
+        "the old key was refused before its deadline",
+      );
+      refusedAt = after;
+    } else {
+      assert.equal(answer.status, 200);
+      assert.ok(before < deadline, "the old key worked after its deadline");
+      assert.equal(
+        JSON.parse(answer.body).apiKeyExpiresAt,
+        rotated.replaces.expiresAt,
+      );
+    }
+    assert.equal((await call(server.url, rotated.key)).status, 200);
+    await sleep(25);
+  }
+  assert.ok(refusedAt > 0, "the old key was never refused");
+  assert.equal((await call(server.url, old.key)).status, 401);
+  // The server writes the revocation down off the request path.
+  let audit = "";
+  for (let i = 0; i < 40 && !audit.includes("overlap ended"); i++) {
+    audit = (await keys(dir.path, ["audit", String(old.id), "--json"])).stdout;
+    await sleep(50);
+  }
+  assert.match(audit, /rotation overlap ended: replaced by key 2/, audit);
+  assert.match(audit, /the old key works until/);
+  const list = await keys(dir.path, ["list", "--all", "--json"]);
+  const oldRecord = JSON.parse(list.stdout).find((r: { id: number }) =>
+    r.id === old.id
+  );
+  assert.equal(oldRecord.status, "revoked");
+});
+
+Deno.test("with --until-first-use the old key is refused on the very next request after the new key's first success", async () => {
+  using dir = tempDir();
+  const old = await createKey(dir.path, "berlin-erp");
+  await using server = await startServer(dir.path);
+  assert.equal((await call(server.url, old.key)).status, 200);
+  const rotate = await keys(dir.path, [
+    "rotate",
+    "berlin-erp",
+    "--overlap",
+    "1h",
+    "--until-first-use",
+    "--yes",
+    "--json",
+  ]);
+  assert.equal(rotate.code, 0, rotate.stderr);
+  const fresh = JSON.parse(rotate.stdout);
+  assert.equal(fresh.retires, old.id);
+  assert.match(
+    (await keys(dir.path, ["show", String(old.id)])).stdout,
+    /^retirement +revoked at .* or at key 2's first use, replaced by key 2$/m,
+  );
+  for (let i = 0; i < 3; i++) {
+    assert.equal((await call(server.url, old.key)).status, 200);
+  }
+  assert.equal((await call(server.url, fresh.key)).status, 200);
+  assert.equal((await call(server.url, old.key)).status, 401);
+  assert.equal((await call(server.url, fresh.key)).status, 200);
+  const show = await keys(dir.path, ["show", String(old.id), "--json"]);
+  const record = JSON.parse(show.stdout);
+  assert.equal(record.status, "revoked");
+  assert.equal(record.revokedReason, "replaced by key 2, which was first used");
+  const lines = JSON.parse(
+    (await keys(dir.path, ["audit", String(old.id), "--json"])).stdout,
+  );
+  assert.deepEqual(
+    [lines.at(-1).action, lines.at(-1).actor, lines.at(-1).detail],
+    ["revoke", "server", "replaced by key 2, which was first used"],
+  );
+});
+
+Deno.test("a key created with --expires-in 3s is refused 3s later with a 401 identical to a revoked key's, and the check warns then goes critical", async () => {
+  using dir = tempDir();
+  const revoked = await createKey(dir.path, "gone");
+  assert.equal((await keys(dir.path, ["revoke", "gone", "--yes"])).code, 0);
+  const made = await keys(dir.path, [
+    "create",
+    "--name",
+    "short",
+    "--email",
+    "ops@example.com",
+    "--expires-in",
+    "3s",
+    "--json",
+  ]);
+  assert.equal(made.code, 0, made.stderr);
+  const short = JSON.parse(made.stdout);
+  await using server = await startServer(dir.path);
+  const ok = await call(server.url, short.key);
+  assert.equal(ok.status, 200);
+  assert.equal(JSON.parse(ok.body).apiKeyExpiresAt, short.expiresAt);
+  const env = {
+    INTEGRATION_BASE_URL: server.url,
+    INTEGRATION_API_KEY: short.key,
+  };
+  const before = await runTask("check", { cwd: ROOT, env });
+  assert.equal(before.code, 1, before.stdout);
+  assert.match(before.stdout, /^CONNECTION WARNING - key \d+ .*expires at/);
+  const list = await keys(dir.path, ["list"]);
+  assert.match(list.stderr, /Expiring within 7 days: 2/);
+  await sleep(Math.max(0, Date.parse(short.expiresAt) - Date.now()) + 50);
+  const expired = await call(server.url, short.key);
+  const gone = await call(server.url, revoked.key);
+  assert.equal(expired.status, 401);
+  assert.deepEqual(expired, gone);
+  const after = await runTask("check", { cwd: ROOT, env });
+  assert.equal(after.code, 2, after.stdout);
+  assert.match(after.stdout, /^CONNECTION CRITICAL - key refused/);
+  for (const text of [before.stdout, after.stdout, list.stdout]) {
+    assert.ok(!text.includes(short.key.slice(4, 34)), "a key was printed");
+  }
+  const show = JSON.parse(
+    (await keys(dir.path, ["show", String(short.id), "--json"])).stdout,
+  );
+  assert.deepEqual([show.status, show.revokedReason], ["revoked", "expired"]);
+  const all = await keys(dir.path, ["list", "--all"]);
+  assert.match(all.stdout, /short .* revoked .* expired/);
+});
+
+Deno.test("KEY_MAX_LIFETIME refuses a longer key with exit 2 naming it, and is the lifetime of a key created without one", async () => {
+  using dir = tempDir();
+  const env = { KEY_MAX_LIFETIME: "30d" };
+  const long = await keys(dir.path, [
+    "create",
+    "--name",
+    "long",
+    "--email",
+    "ops@example.com",
+    "--expires-in",
+    "31d",
+  ], env);
+  assert.equal(long.code, 2);
+  assert.match(long.stderr, /KEY_MAX_LIFETIME/);
+  assert.equal(long.stdout, "");
+  const plain = await createKey(dir.path, "plain", "ops@example.com", env);
+  const record = JSON.parse(
+    (await keys(dir.path, ["show", String(plain.id), "--json"], env)).stdout,
+  );
+  const lifetime = Date.parse(record.expiresAt) - Date.parse(record.createdAt);
+  assert.ok(Math.abs(lifetime - 30 * 86_400_000) < 60_000, String(lifetime));
+});
+
+Deno.test({
+  name:
+    "with --until-first-use on PostgreSQL, instance B refuses the old key right after the new key's first success on instance A",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using database = await freshDatabase();
+    const env = { DATABASE_URL: database.url };
+    const old = await createKey(dir.path, "berlin-erp", "ops@example.com", env);
+    await using a = await startServer(dir.path, env);
+    await using b = await startServer(dir.path, env);
+    assert.equal((await call(b.url, old.key)).status, 200);
+    const rotate = await keys(dir.path, [
+      "rotate",
+      "berlin-erp",
+      "--overlap",
+      "1h",
+      "--until-first-use",
+      "--yes",
+      "--json",
+    ], env);
+    assert.equal(rotate.code, 0, rotate.stderr);
+    const fresh = JSON.parse(rotate.stdout);
+    assert.equal((await call(b.url, old.key)).status, 200);
+    assert.equal((await call(a.url, fresh.key)).status, 200);
+    assert.equal((await call(b.url, old.key)).status, 401);
+    assert.equal((await call(a.url, old.key)).status, 401);
+    assert.equal((await call(b.url, fresh.key)).status, 200);
+  },
+});
