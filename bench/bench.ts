@@ -196,6 +196,9 @@ async function prepare(
     exposedAt: null,
     exposedFrom: null,
     lastUsedAt: null,
+    allowFrom: null,
+    networks: [],
+    refusedUses: [],
   });
   async function* items(): AsyncIterable<ExportItem> {
     yield { type: "key", record: record(1, valid, "valid") };

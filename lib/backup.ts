@@ -33,7 +33,12 @@ export class BackupError extends Error {
 const EXPORT_FORMAT = "integration-service-keys";
 /** FILE as stdout for an export, stdin for an import. */
 const STDOUT = "-";
-const EXPORT_VERSION = 1;
+/**
+ * Version 2 adds each key's allowFrom, networks and refusedUses; a version-1
+ * file still imports, its keys usable from anywhere with nothing seen.
+ */
+const EXPORT_VERSION = 2;
+const READABLE_VERSIONS: readonly unknown[] = [1, 2];
 /** No line of an export comes near this; a longer one is not an export. */
 const MAX_LINE_CHARS = 1024 * 1024;
 const PROGRESS_EVERY_MS = 2000;
@@ -468,11 +473,11 @@ class ExportReader {
         'give a file written by "keys export"',
       );
     }
-    if (value.version !== EXPORT_VERSION) {
+    if (!READABLE_VERSIONS.includes(value.version)) {
       throw this.#problem(
         `says export version ${
           JSON.stringify(value.version)
-        }, and this console reads version ${EXPORT_VERSION}`,
+        }, and this console reads versions ${READABLE_VERSIONS.join(" and ")}`,
         "import it with the version of the service that exported it",
       );
     }

@@ -112,7 +112,7 @@ Deno.test("an export holds hashes, never a key, with a header first and the coun
   const lines = text.trimEnd().split("\n").map((l) => JSON.parse(l));
   assert.deepEqual(
     [lines[0].format, lines[0].version],
-    ["integration-service-keys", 1],
+    ["integration-service-keys", 2],
   );
   assert.deepEqual(lines.at(-1), { type: "end", keys: 4, audit: 5 });
   const records = lines.filter((l) => l.type === "key").map((l) => l.record);
@@ -262,8 +262,8 @@ Deno.test("a malformed export exits 1 with one line naming the line, and leaves 
     ],
     [
       "a newer format",
-      [good[0].replace('"version":1', '"version":2'), ...good.slice(1)],
-      /^Line 1 of \.\/data\/bad\.jsonl says export version 2, and this console reads version 1/,
+      [good[0].replace('"version":2', '"version":3'), ...good.slice(1)],
+      /^Line 1 of \.\/data\/bad\.jsonl says export version 3, and this console reads versions 1 and 2/,
     ],
     [
       "a file cut short",
@@ -311,7 +311,7 @@ Deno.test("a large export streams back in across read and write batches", async 
   const lines = [
     JSON.stringify({
       format: "integration-service-keys",
-      version: 1,
+      version: 2,
       exportedAt: now,
     }),
   ];
@@ -331,6 +331,9 @@ Deno.test("a large export streams back in across read and write batches", async 
         exposedAt: null,
         exposedFrom: null,
         lastUsedAt: id % 3 === 0 ? now : null,
+        allowFrom: id % 7 === 0 ? ["192.0.2.0/24", "2001:db8::/48"] : null,
+        networks: [],
+        refusedUses: [],
       },
     }));
   }

@@ -21,11 +21,12 @@ import { CommandError, failure } from "./errors.ts";
 import { checked, required } from "./_input.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
+import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
 
-/** `keys create --name NAME --email EMAIL`. */
+/** `keys create --name NAME --email EMAIL [--allow-from CIDR[,CIDR…]]`. */
 export const create: Command = {
   summary: "generate a key for an installation and print it once",
-  usage: "create --name NAME --email EMAIL",
+  usage: "create --name NAME --email EMAIL [--allow-from CIDR[,CIDR…]]",
   options: {
     name: {
       type: "string",
@@ -35,12 +36,16 @@ export const create: Command = {
       type: "string",
       help: "the integrator's registered e-mail address",
     },
+    "allow-from": ALLOW_FROM_OPTION,
   },
   positionals: [0, 0],
   notes: ["", "The key is printed once, on stdout; messages go to stderr."],
   async run({ store, values, json, out, actor }) {
     const name = checked(normalizeName, required(values, "name"));
     const email = checked(normalizeEmail, required(values, "email"));
+    const allowFrom = typeof values["allow-from"] === "string"
+      ? allowFromOption(values["allow-from"])
+      : null;
     refuseDiscardingStdout();
     const fresh = generateApiKey();
     const record = await store.create({
@@ -48,6 +53,7 @@ export const create: Command = {
       email,
       hash: fresh.hash,
       hint: fresh.hint,
+      allowFrom,
     }, { actor });
     // Stored first, so that a key on stdout always works; a key nobody
     // received is revoked again, which touches no other key.

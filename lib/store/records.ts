@@ -156,6 +156,9 @@ export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
     exposedAt: null,
     exposedFrom: null,
     lastUsedAt: null,
+    allowFrom: input.allowFrom ?? null,
+    networks: [],
+    refusedUses: [],
   };
 }
 
