@@ -414,13 +414,13 @@ export class KvKeyStore implements KeyStore {
     });
   }
 
-  setAllowFrom(
+  async setAllowFrom(
     id: number,
     allowFrom: string[] | null,
     options: ChangeOptions,
   ): Promise<{ record: KeyRecord; changed: boolean }> {
     const wanted = allowFrom === null ? null : normalizeAllowFrom(allowFrom);
-    return this.#change<{ record: KeyRecord; changed: boolean }>(
+    return await this.#change<{ record: KeyRecord; changed: boolean }>(
       async (at, revision) => {
         const current = await this.#kv.get<KeyRecord>(keyById(id));
         if (current.value === null) throw new KeyNotFoundError(id);
