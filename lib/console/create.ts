@@ -23,10 +23,10 @@ import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
 import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
 
-/** `keys create --name NAME --email EMAIL [--allow-from CIDR[,CIDR…]]`. */
+/** `keys create --name NAME --email EMAIL [--allow-from RANGES]`. */
 export const create: Command = {
   summary: "generate a key for an installation and print it once",
-  usage: "create --name NAME --email EMAIL [--allow-from CIDR[,CIDR…]]",
+  usage: "create --name NAME --email EMAIL [--allow-from RANGES]",
   options: {
     name: {
       type: "string",

@@ -39,10 +39,10 @@ export function allowFromOption(text: string): string[] | null {
   }
 }
 
-/** `keys update KEY --allow-from CIDR[,CIDR…]|any`. */
+/** `keys update KEY --allow-from RANGES|any`. */
 export const update: Command = {
   summary: "change where a key may be used from",
-  usage: "update KEY --allow-from CIDR[,CIDR…]|any",
+  usage: "update KEY --allow-from RANGES|any",
   options: { "allow-from": ALLOW_FROM_OPTION },
   positionals: [1, 1, KEY_ARGUMENT],
   notes: [
