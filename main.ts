@@ -19,6 +19,7 @@ import {
 import { JsonLog } from "./lib/log.ts";
 import { serveGuarded, ServeUnsupportedError } from "./lib/serve.ts";
 import { openStore } from "./lib/store/open.ts";
+import { UsageRecorder } from "./lib/usage.ts";
 
 /** The start task's own flags, for the command a refusal prints. */
 const RUN_FLAGS = ["-q", "--no-prompt", "--env-file"];
@@ -38,8 +39,12 @@ export async function serve(): Promise<void> {
   };
   const store = await openStore(config.store);
   const lastUsed = new LastUsedRecorder(store);
+  const usage = new UsageRecorder(store, {
+    log: (fields) => log.write(fields),
+  });
   const handler = createHandler(store, {
     lastUsed,
+    usage,
     lockout: new LockoutTracker(config.lockout),
     trustedProxies: config.trustedProxies,
     log: (fields) => log.write(fields),
@@ -82,6 +87,7 @@ export async function serve(): Promise<void> {
   Deno.removeSignalListener("SIGTERM", stop);
   Deno.removeSignalListener("SIGINT", stop);
   await lastUsed.close();
+  await usage.close();
   await store.close();
   log.write({ msg: "stopped" });
   log.flush();

@@ -199,6 +199,9 @@ async function prepare(
     expiresAt: null,
     replacedBy: null,
     retires: null,
+    allowFrom: null,
+    networks: [],
+    refusedUses: [],
   });
   async function* items(): AsyncIterable<ExportItem> {
     yield { type: "key", record: record(1, valid, "valid") };

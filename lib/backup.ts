@@ -33,9 +33,13 @@ export class BackupError extends Error {
 const EXPORT_FORMAT = "integration-service-keys";
 /** FILE as stdout for an export, stdin for an import. */
 const STDOUT = "-";
-/** Version 2 added expiresAt, replacedBy and retires to key records. */
+/**
+ * Version 2 added expiresAt, replacedBy and retires, and each key's
+ * allowFrom, networks and refusedUses; a version-1 file still imports, its
+ * keys without a lifetime, usable from anywhere, with nothing seen.
+ */
 const EXPORT_VERSION = 2;
-/** The versions an import reads; records of version 1 lack the fields of 2, read as null. */
+/** The versions an import reads. */
 const IMPORT_VERSIONS: readonly unknown[] = [1, EXPORT_VERSION];
 /** No line of an export comes near this; a longer one is not an export. */
 const MAX_LINE_CHARS = 1024 * 1024;

@@ -13,6 +13,7 @@ import type { Cidr } from "./ip.ts";
 import type { LastUsedRecorder } from "./last_used.ts";
 import type { RequestLogLine } from "./log.ts";
 import type { LockoutTracker } from "./lockout.ts";
+import type { UsageRecorder } from "./usage.ts";
 import { connectionRoute } from "./routes/connection.ts";
 import { healthRoutes } from "./routes/health.ts";
 import type { KeyStore } from "./store/types.ts";
@@ -31,6 +32,8 @@ export interface HandlerOptions {
   trustedProxies?: readonly Cidr[];
   /** Notes which keys are used; written off the request path. */
   lastUsed?: LastUsedRecorder;
+  /** Notes networks used and uses refused by `allowFrom`; written off the request path. */
+  usage?: UsageRecorder;
   /** Receives one line per notable event (lock, exposure, error). */
   log?: (fields: Record<string, unknown>) => void;
   /** Receives one line per request. */
@@ -45,6 +48,7 @@ export function createHandler(
   const authenticator = createAuthenticator(store, {
     lockout: options.lockout,
     lastUsed: options.lastUsed,
+    usage: options.usage,
     log: options.log,
   });
   return createRouter([

@@ -29,13 +29,15 @@ export type AuthOutcome =
   | "invalid"
   | "revoked"
   | "locked_out"
-  | "url_exposed";
+  | "url_exposed"
+  /** A valid key from outside its allowFrom, answered as an invalid one. */
+  | "address_refused";
 
 const outcomes = metrics.getMeter("integration-service").createCounter(
   "integration.auth.outcomes",
   {
     description:
-      "Authentication outcomes by route: ok, invalid, revoked, locked_out, url_exposed",
+      "Authentication outcomes by route: ok, invalid, revoked, locked_out, url_exposed, address_refused",
   },
 );
 

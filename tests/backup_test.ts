@@ -311,7 +311,7 @@ Deno.test("a large export streams back in across read and write batches", async 
   const lines = [
     JSON.stringify({
       format: "integration-service-keys",
-      version: 1,
+      version: 2,
       exportedAt: now,
     }),
   ];
@@ -331,6 +331,9 @@ Deno.test("a large export streams back in across read and write batches", async 
         exposedAt: null,
         exposedFrom: null,
         lastUsedAt: id % 3 === 0 ? now : null,
+        allowFrom: id % 7 === 0 ? ["192.0.2.0/24", "2001:db8::/48"] : null,
+        networks: [],
+        refusedUses: [],
       },
     }));
   }

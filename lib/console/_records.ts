@@ -43,6 +43,13 @@ export function printRecord(ctx: Context, record: KeyRecord): void {
     return;
   }
   for (const [field, value] of Object.entries(publicRecord(record))) {
+    const lines = usageLines(field, record, ctx.now);
+    if (lines !== null) {
+      lines.forEach((line, i) =>
+        ctx.out.line(`${(i === 0 ? field : "").padEnd(14)}${line}`.trimEnd())
+      );
+      continue;
+    }
     let text = value === null ? "" : visible(String(value));
     if (
       (field === "lastUsedAt" || field === "expiresAt") && value === null
@@ -55,6 +62,32 @@ export function printRecord(ctx: Context, record: KeyRecord): void {
     const shown = tone === "dim" ? text : tinted(text, tone);
     ctx.out.line(`${field.padEnd(14)}${shown}`.trimEnd());
   }
+}
+
+/** The lines of a usage field (where a key may be, was, or was refused), or null for any other field. */
+function usageLines(
+  field: string,
+  record: KeyRecord,
+  now: number,
+): string[] | null {
+  const at = (iso: string) => `${iso} (${relativeTime(iso, { now })})`;
+  switch (field) {
+    case "allowFrom":
+      return [record.allowFrom?.map(visible).join(", ") ?? "anywhere"];
+    case "networks":
+      return record.networks.length === 0
+        ? ["none seen yet"]
+        : record.networks.map((n) =>
+          `${visible(n.network)} first ${at(n.firstSeenAt)}, last ${
+            at(n.lastSeenAt)
+          }`
+        );
+    case "refusedUses":
+      return record.refusedUses.length === 0
+        ? ["none"]
+        : record.refusedUses.map((u) => `${visible(u.address)} at ${at(u.at)}`);
+  }
+  return null;
 }
 
 /** Revoked keys recede; a key seen in a URL stands out, as it should be rotated. */

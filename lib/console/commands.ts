@@ -13,12 +13,14 @@ import { list } from "./list.ts";
 import { revoke } from "./revoke.ts";
 import { rotate } from "./rotate.ts";
 import { show } from "./show.ts";
+import { update } from "./update.ts";
 
 /** Every command of the console. */
 export const COMMANDS: Readonly<Record<string, Command>> = {
   create,
   list,
   show,
+  update,
   revoke,
   rotate,
   audit,

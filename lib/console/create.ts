@@ -22,12 +22,13 @@ import { checked, required } from "./_input.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
 import { LIFETIME_OPTIONS, requestedExpiry } from "./_lifetime.ts";
+import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
 
-/** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME]`. */
+/** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES]`. */
 export const create: Command = {
   summary: "generate a key for an installation and print it once",
   usage:
-    "create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME]",
+    "create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES]",
   options: {
     name: {
       type: "string",
@@ -38,6 +39,7 @@ export const create: Command = {
       help: "the integrator's registered e-mail address",
     },
     ...LIFETIME_OPTIONS,
+    "allow-from": ALLOW_FROM_OPTION,
   },
   positionals: [0, 0],
   notes: [
@@ -49,6 +51,9 @@ export const create: Command = {
     const name = checked(normalizeName, required(values, "name"));
     const email = checked(normalizeEmail, required(values, "email"));
     const expiresAt = requestedExpiry(values, { now });
+    const allowFrom = typeof values["allow-from"] === "string"
+      ? allowFromOption(values["allow-from"])
+      : null;
     refuseDiscardingStdout();
     const fresh = generateApiKey();
     const record = await store.create({
@@ -57,6 +62,7 @@ export const create: Command = {
       hash: fresh.hash,
       hint: fresh.hint,
       expiresAt,
+      allowFrom,
     }, { actor });
     // Stored first, so that a key on stdout always works; a key nobody
     // received is revoked again, which touches no other key.

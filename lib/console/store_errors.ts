@@ -47,6 +47,7 @@ function defectPhrase(error: ImportKeyError): string {
       `${
         /^[aeiou]/.test(recordField ?? "") ? "an" : "a"
       } ${recordField} longer than ${limit} characters`,
+    usage_malformed: () => `a bad ${recordField}`,
   };
   return phrases[error.defect]();
 }
@@ -73,6 +74,14 @@ function fieldProblem(error: InvalidFieldError): string {
       return "Reason must not be empty; say why, or leave the reason out";
     case "reason:too_long":
       return `Reason must be at most ${limit} characters; shorten it`;
+    case "allowFrom:not_a_range":
+      return `Allow-from must list addresses or ranges such as 192.0.2.0/24,2001:db8::/48 with no host bits set, not ${
+        escapeControlCharacters(JSON.stringify(error.value ?? ""))
+      }; fix the range or write "any" to allow every address`;
+    case "allowFrom:empty":
+      return 'Allow-from must list at least one range; write "any" to allow every address';
+    case "allowFrom:too_long":
+      return `Allow-from may list at most ${limit} ranges; merge them into wider ranges`;
     case "reason:control_or_bidi_characters":
       return "Reason must not contain control or bidirectional characters; write it on one line";
   }

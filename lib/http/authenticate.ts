@@ -7,8 +7,11 @@
  *    revision-checked lookup (lib/key_lookup.ts);
  * 3. a failure is counted toward the lock-out, and answered 401 (or 429
  *    when an earlier failure of the same burst locked the client meanwhile);
- * 4. a success is noted (last used, a client known to be honest) and the
- *    key's record handed to the route.
+ * 4. a key used from outside its `allowFrom` is refused exactly as an
+ *    invalid key is (same 401, counted toward the lock-out), logged and
+ *    noted on the key (lib/usage.ts);
+ * 5. a success is noted (last used, the network, a client known to be
+ *    honest) and the key's record handed to the route.
  *
  * Every outcome is counted by route. A route never sees a request whose key
  * was not valid at the moment the request was checked.
@@ -18,13 +21,14 @@
 
 import { lockoutKey } from "../client_address.ts";
 import { DEFAULT_LOCKOUT } from "../config.ts";
-import { KeyLookup } from "../key_lookup.ts";
+import { type AuthFailure, KeyLookup } from "../key_lookup.ts";
 import type { LastUsedRecorder } from "../last_used.ts";
 import { type LockEvent, LockoutTracker } from "../lockout.ts";
 import { Retirements } from "../retirement.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import { countOutcome } from "../telemetry.ts";
+import { allowedFrom, type UsageRecorder } from "../usage.ts";
 import {
   API_KEY_HEADER,
   keyInUrl,
@@ -43,7 +47,9 @@ export interface AuthenticatorOptions {
   lockout?: LockoutTracker;
   /** Notes which keys are used; written off the request path. */
   lastUsed?: LastUsedRecorder;
-  /** Receives a line per lock and per key found exposed in a URL. */
+  /** Notes networks used and uses refused; written off the request path. */
+  usage?: UsageRecorder;
+  /** Receives a line per lock, per key found exposed in a URL and per use refused by `allowFrom`. */
   log?: (fields: Record<string, unknown>) => void;
 }
 
@@ -74,7 +80,7 @@ export function createAuthenticator(
   const lockout = options.lockout ?? new LockoutTracker(DEFAULT_LOCKOUT);
   const lookup = new KeyLookup(store);
   lookup.warm().catch(() => {});
-  const { lastUsed, log } = options;
+  const { lastUsed, usage, log } = options;
   const retirements = new Retirements(store, {
     onError: (error) =>
       log?.({
@@ -98,8 +104,21 @@ export function createAuthenticator(
       const result = await lookup.authenticate(
         request.headers.get(API_KEY_HEADER),
       );
-      if (!result.ok) {
-        if (result.reason === "expired") retirements.lapsed(result.record);
+      const record = result.ok ? result.record : null;
+      let failed: AuthFailure | "address" | null = result.ok
+        ? null
+        : result.reason;
+      if (!result.ok && result.reason === "expired") {
+        retirements.lapsed(result.record);
+      }
+      // Refused before a first use can retire anything: a key used from
+      // outside its ranges has not been used.
+      if (record !== null && !allowedFrom(record, client)) {
+        usage?.refused(record.id, client, Date.now());
+        log?.({ msg: "key_refused_from_address", apiKeyId: record.id, client });
+        failed = "address";
+      }
+      if (record === null || failed !== null) {
         const lock = lockout.fail(counted);
         noteLock(lock, client);
         if (!lock && lockout.retryAfter(counted) > 0) {
@@ -110,21 +129,26 @@ export function createAuthenticator(
         }
         // Counted as answered: one outcome per request, 401 or 429.
         countOutcome(
-          result.reason === "revoked" || result.reason === "expired"
+          failed === "revoked" || failed === "expired"
             ? "revoked"
+            : failed === "address"
+            ? "address_refused"
             : "invalid",
           route,
         );
+        // The caller learns nothing: the very 401 of an invalid key.
         return { ok: false, response: unauthorized() };
       }
       if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
       // Before the success is answered, so that the old key is refused on
       // every instance from the next request on.
-      await retirements.firstUse(result.record);
+      await retirements.firstUse(record);
       lockout.succeeded(counted);
       countOutcome("ok", route);
-      lastUsed?.used(result.record.id, Date.now());
-      return { ok: true, key: result.record };
+      const now = Date.now();
+      lastUsed?.used(record.id, now);
+      usage?.used(record.id, counted, now);
+      return { ok: true, key: record };
     },
 
     refuseKeyInUrl(candidates, { client, route }) {

@@ -14,6 +14,11 @@ import {
 } from "./errors.ts";
 import { MAX_KEY_ID, nameKey, normalizeEmail } from "./records.ts";
 import type { AuditEntry, KeyRecord } from "./types.ts";
+import {
+  NETWORKS_KEPT,
+  normalizeAllowFrom,
+  REFUSED_KEPT,
+} from "./usage_lists.ts";
 
 /**
  * Longest revoke reason an import takes. Must be at least what the console
@@ -30,7 +35,15 @@ const EXPOSED_FROM_MAX = 256;
 const DETAIL_MAX = IMPORT_REASON_MAX + 300;
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$/;
-const ACTIONS = new Set(["create", "revoke", "rotate", "expose", "import"]);
+const ACTIONS = new Set([
+  "create",
+  "revoke",
+  "rotate",
+  "expose",
+  "import",
+  "allow_from",
+  "network",
+]);
 
 function fail(
   id: unknown,
@@ -81,6 +94,55 @@ function checkLinks(record: KeyRecord): void {
       fail(record.id, "id_out_of_range", { limit: MAX_KEY_ID });
     }
   }
+}
+
+/**
+ * The usage fields of an imported record, checked and bounded; absent (a
+ * version-1 export) they are anywhere, nothing seen, nothing refused.
+ */
+function importedUsage(
+  record: Partial<Pick<KeyRecord, "allowFrom" | "networks" | "refusedUses">>,
+  refuse: (recordField: string) => never,
+): Pick<KeyRecord, "allowFrom" | "networks" | "refusedUses"> {
+  let allowFrom: string[] | null = null;
+  if (record.allowFrom != null) {
+    if (
+      !Array.isArray(record.allowFrom) ||
+      !record.allowFrom.every((r) => typeof r === "string")
+    ) refuse("allowFrom");
+    try {
+      allowFrom = normalizeAllowFrom(record.allowFrom);
+    } catch (error) {
+      if (error instanceof InvalidFieldError) refuse("allowFrom");
+      throw error;
+    }
+  }
+  const networks = record.networks ?? [];
+  if (
+    !Array.isArray(networks) || networks.length > NETWORKS_KEPT ||
+    !networks.every((n) =>
+      typeof n === "object" && n !== null &&
+      typeof n.network === "string" && n.network.length <= 64 &&
+      isIso(n.firstSeenAt) && isIso(n.lastSeenAt)
+    )
+  ) refuse("networks");
+  const refused = record.refusedUses ?? [];
+  if (
+    !Array.isArray(refused) || refused.length > REFUSED_KEPT ||
+    !refused.every((u) =>
+      typeof u === "object" && u !== null &&
+      typeof u.address === "string" && u.address.length <= 64 && isIso(u.at)
+    )
+  ) refuse("refusedUses");
+  return {
+    allowFrom,
+    networks: networks.map((n) => ({
+      network: n.network,
+      firstSeenAt: n.firstSeenAt,
+      lastSeenAt: n.lastSeenAt,
+    })),
+    refusedUses: refused.map((u) => ({ address: u.address, at: u.at })),
+  };
 }
 
 /**
@@ -159,6 +221,11 @@ export class ImportChecker {
       });
     }
     checkLinks(record);
+    // Absent from a version-1 export: anywhere, nothing seen, nothing refused.
+    const usage = importedUsage(
+      record,
+      (recordField) => fail(id, "usage_malformed", { recordField }),
+    );
     this.#ids.add(id);
     this.#hashes.add(record.hash);
     this.maxId = Math.max(this.maxId, id);
@@ -178,6 +245,7 @@ export class ImportChecker {
       expiresAt: record.expiresAt ?? null,
       replacedBy: record.replacedBy ?? null,
       retires: record.retires ?? null,
+      ...usage,
     };
   }
 

@@ -9,7 +9,7 @@
  */
 
 /** The admin-supplied field an input error is about. */
-export type InputField = "name" | "email" | "reason";
+export type InputField = "name" | "email" | "reason" | "allowFrom";
 
 /** Every code of {@linkcode StoreInputError} and its subclasses. */
 export type StoreInputCode =
@@ -22,6 +22,7 @@ export type StoreInputCode =
   | "invalid_name"
   | "invalid_email"
   | "invalid_reason"
+  | "invalid_allowFrom"
   | "import_unfinished"
   | "import_aborted"
   | "import_not_empty"
@@ -147,7 +148,9 @@ export type FieldProblem =
   /** A name of digits only, which would read as a key id. */
   | "all_digits"
   /** Not an e-mail address of at most `limit` characters. */
-  | "not_an_address";
+  | "not_an_address"
+  /** Not an address or CIDR range, or one with host bits set (`value`). */
+  | "not_a_range";
 
 /** An admin-supplied name, e-mail or reason the store's rules refuse. */
 export class InvalidFieldError extends StoreInputError {
@@ -217,7 +220,9 @@ export type ImportDefect =
   /** `recordField` is not an ISO time. */
   | "time_malformed"
   /** `recordField` is longer than `limit` characters. */
-  | "text_too_long";
+  | "text_too_long"
+  /** `recordField` (allowFrom, networks, refusedUses) is not as an export writes it. */
+  | "usage_malformed";
 
 /** An imported key record is refused. */
 export class ImportKeyError extends StoreInputError {

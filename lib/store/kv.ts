@@ -11,6 +11,10 @@
  * - `["audit", revision]` → AuditEntry, so the log lists in the order of changes
  * - `["last_used", id]` → ISO time, written apart from the record so that it
  *   neither moves the revision nor contends with admin changes
+ * - `["networks", id]` → NetworkUse[], `["refused", id]` → RefusedUse[]:
+ *   where the key was used from and where it was refused, apart from the
+ *   record like `last_used` (a network's first use is audited, and so moves
+ *   the revision, as every audit line does)
  * - `["import_revision"]` → KvU64, the revision at which an import last
  *   began or ended (see `importRevision()`)
  * - `["importing"]` → {@linkcode ImportMarker} while an import runs or after
@@ -60,6 +64,14 @@ import {
   rotation,
   withLifecycle,
 } from "./records.ts";
+import {
+  allowFromDetail,
+  appendRefused,
+  byKey,
+  mergeNetworks,
+  networkDetail,
+  normalizeAllowFrom,
+} from "./usage_lists.ts";
 import type {
   AuditEntry,
   ChangeOptions,
@@ -67,7 +79,9 @@ import type {
   ExposeOptions,
   KeyRecord,
   KeyStore,
+  NetworkUse,
   NewKeyInput,
+  RefusedUse,
   RetireOptions,
   RevokeOptions,
   RevokeResult,
@@ -83,6 +97,8 @@ const KEY_ID_COUNTER = ["counters", "key_id"] as const;
 export const REVISION = ["revision"] as const;
 const auditKey = (revision: bigint) => ["audit", revision] as const;
 const lastUsedKey = (id: number) => ["last_used", id] as const;
+const networksKey = (id: number) => ["networks", id] as const;
+const refusedKey = (id: number) => ["refused", id] as const;
 const IMPORTING = ["importing"] as const;
 const IMPORT_REVISION = ["import_revision"] as const;
 /** What survives a wipe, so that revisions only ever grow. */
@@ -169,13 +185,22 @@ export class KvKeyStore implements KeyStore {
   }
 
   async get(id: number): Promise<KeyRecord | null> {
-    const [record, used, marker] = await this.#kv.getMany<
-      [KeyRecord, string, unknown]
-    >([keyById(id), lastUsedKey(id), IMPORTING]);
+    const [record, used, marker, networks, refused] = await this.#kv.getMany<
+      [KeyRecord, string, unknown, NetworkUse[], RefusedUse[]]
+    >([
+      keyById(id),
+      lastUsedKey(id),
+      IMPORTING,
+      networksKey(id),
+      refusedKey(id),
+    ]);
     if (marker.value !== null) throw new ImportStateError("import_unfinished");
-    return record.value && withLifecycle(
-      { ...record.value, lastUsedAt: notBefore(used.value, record.value) },
-    );
+    return record.value && withLifecycle({
+      ...withUsageFields(record.value),
+      lastUsedAt: notBefore(used.value, record.value),
+      networks: networks.value ?? [],
+      refusedUses: refused.value ?? [],
+    });
   }
 
   async getByName(name: string): Promise<KeyRecord | null> {
@@ -205,7 +230,16 @@ export class KvKeyStore implements KeyStore {
         const lastUsedAt = !next.done && next.value.key[1] === id
           ? notBefore(next.value.value, entry.value)
           : null;
-        yield withLifecycle({ ...entry.value, lastUsedAt });
+        // Few keys have usage lists; one read each keeps the join simple.
+        const [networks, refused] = await this.#kv.getMany<
+          [NetworkUse[], RefusedUse[]]
+        >([networksKey(id), refusedKey(id)]);
+        yield withLifecycle({
+          ...withUsageFields(entry.value),
+          lastUsedAt,
+          networks: networks.value ?? [],
+          refusedUses: refused.value ?? [],
+        });
       }
     }
   }
@@ -213,6 +247,9 @@ export class KvKeyStore implements KeyStore {
   async create(input: NewKeyInput, options: ChangeOptions): Promise<KeyRecord> {
     const name = normalizeName(input.name);
     const email = normalizeEmail(input.email);
+    const allowFrom = input.allowFrom
+      ? normalizeAllowFrom(input.allowFrom)
+      : null;
     return await this.#change(async (at, revision) => {
       const [counter, byName, byHash] = await this.#kv.getMany<
         [Deno.KvU64, number, KeyRecord]
@@ -221,7 +258,11 @@ export class KvKeyStore implements KeyStore {
       if (byHash.value !== null) {
         throw new KeyCollisionError();
       }
-      const record = newRecord(nextId(counter), { ...input, name, email }, at);
+      const record = newRecord(
+        nextId(counter),
+        { ...input, name, email, allowFrom },
+        at,
+      );
       const op = this.#kv.atomic().check(counter, byName, byHash)
         .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(record.id)));
       putRecord(op, record);
@@ -230,6 +271,7 @@ export class KvKeyStore implements KeyStore {
         action: "create",
         keyId: record.id,
         ...options,
+        detail: allowFrom === null ? null : allowFromDetail(allowFrom),
       });
       return { op, result: record };
     });
@@ -389,7 +431,7 @@ export class KvKeyStore implements KeyStore {
     return {
       revision: entries[0].value?.value ?? 0n,
       record: entries[1].value === null && entries[2].value !== null
-        ? withLifecycle(entries[2].value)
+        ? withLifecycle(withUsageFields(entries[2].value))
         : null,
     };
   }
@@ -434,6 +476,93 @@ export class KvKeyStore implements KeyStore {
       });
       return { op, result: true };
     });
+  }
+
+  async setAllowFrom(
+    id: number,
+    allowFrom: string[] | null,
+    options: ChangeOptions,
+  ): Promise<{ record: KeyRecord; changed: boolean }> {
+    const wanted = allowFrom === null ? null : normalizeAllowFrom(allowFrom);
+    return await this.#change<{ record: KeyRecord; changed: boolean }>(
+      async (at, revision) => {
+        const current = await this.#kv.get<KeyRecord>(keyById(id));
+        if (current.value === null) throw new KeyNotFoundError(id);
+        const record = { ...withUsageFields(current.value), allowFrom: wanted };
+        if (sameRanges(current.value.allowFrom ?? null, wanted)) {
+          return { op: null, result: { record, changed: false } };
+        }
+        const op = this.#kv.atomic().check(current);
+        putRecord(op, record);
+        audit(op, at, revision, {
+          action: "allow_from",
+          keyId: id,
+          actor: options.actor,
+          detail: allowFromDetail(wanted),
+        });
+        return { op, result: { record, changed: true } };
+      },
+    );
+  }
+
+  async recordNetworkUses(
+    uses: Iterable<{ id: number; network: string; at: Date }>,
+  ): Promise<{ id: number; network: string }[]> {
+    const added: { id: number; network: string }[] = [];
+    for (const [id, group] of byKey(uses)) {
+      for (let tries = 1; tries <= 5; tries++) {
+        const [current, marker, record, listed] = await this.#kv.getMany<
+          [Deno.KvU64, unknown, KeyRecord, NetworkUse[]]
+        >([REVISION, IMPORTING, keyById(id), networksKey(id)]);
+        if (marker.value !== null || record.value === null) break;
+        const merged = mergeNetworks(listed.value ?? [], group);
+        const op = this.#kv.atomic().check(listed, record, marker)
+          .set(networksKey(id), merged.networks);
+        if (merged.added.length > 0) {
+          // Audit lines are keyed by revision: one revision per line.
+          let revision = current.value?.value ?? 0n;
+          const at = new Date();
+          for (const network of merged.added) {
+            audit(op, at, ++revision, {
+              action: "network",
+              keyId: id,
+              actor: "server",
+              detail: networkDetail(network),
+            });
+          }
+          op.check(current).set(REVISION, new Deno.KvU64(revision));
+        }
+        let ok = false;
+        try {
+          ok = (await op.commit()).ok;
+        } catch (error) {
+          if (!isLocked(error)) throw error;
+        }
+        if (ok) {
+          for (const network of merged.added) added.push({ id, network });
+          break;
+        }
+        await backoff(tries);
+      }
+    }
+    return added;
+  }
+
+  async recordRefusedUses(
+    uses: Iterable<{ id: number; address: string; at: Date }>,
+  ): Promise<void> {
+    for (const [id, group] of byKey(uses)) {
+      for (let tries = 1; tries <= 5; tries++) {
+        const [record, listed] = await this.#kv.getMany<
+          [KeyRecord, RefusedUse[]]
+        >([keyById(id), refusedKey(id)]);
+        if (record.value === null) break;
+        const op = this.#kv.atomic().check(record, listed)
+          .set(refusedKey(id), appendRefused(listed.value ?? [], group));
+        if ((await commitRetrying(op)).ok) break;
+        await backoff(tries);
+      }
+    }
   }
 
   /**
@@ -568,7 +697,12 @@ export class KvKeyStore implements KeyStore {
     for await (const item of items) {
       if (item.type === "key") {
         const record = checker.record(item.record);
-        const stored = { ...record, lastUsedAt: null };
+        const stored = {
+          ...record,
+          lastUsedAt: null,
+          networks: [],
+          refusedUses: [],
+        };
         await batch.set(keyById(record.id), stored);
         await batch.set(keyByHash(record.hash), stored);
         if (record.status === "valid" && record.replacedBy === null) {
@@ -576,6 +710,12 @@ export class KvKeyStore implements KeyStore {
         }
         if (record.lastUsedAt) {
           await batch.set(lastUsedKey(record.id), record.lastUsedAt);
+        }
+        if (record.networks.length > 0) {
+          await batch.set(networksKey(record.id), record.networks);
+        }
+        if (record.refusedUses.length > 0) {
+          await batch.set(refusedKey(record.id), record.refusedUses);
         }
         counts.keys++;
       } else if (item.type === "audit") {
@@ -731,8 +871,13 @@ function nextId(counter: Deno.KvEntryMaybe<Deno.KvU64>): number {
 }
 
 function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
-  // lastUsedAt lives under its own key; the stored copies always say null.
-  const stored = { ...withLifecycle(record), lastUsedAt: null };
+  // Last use and usage live under their own keys; the stored copies hold none.
+  const stored = {
+    ...withLifecycle(record),
+    lastUsedAt: null,
+    networks: [],
+    refusedUses: [],
+  };
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
 }
 
@@ -837,6 +982,20 @@ class _Batch {
 
 function bigints(_: string, value: unknown): unknown {
   return typeof value === "bigint" ? value.toString() : value;
+}
+
+/** A stored record with the fields an older version did not write. */
+function withUsageFields(record: KeyRecord): KeyRecord {
+  return {
+    ...record,
+    allowFrom: record.allowFrom ?? null,
+    networks: [],
+    refusedUses: [],
+  };
+}
+
+function sameRanges(a: string[] | null, b: string[] | null): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 /**

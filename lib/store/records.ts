@@ -255,6 +255,9 @@ export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
     expiresAt: input.expiresAt ?? null,
     replacedBy: null,
     retires: null,
+    allowFrom: input.allowFrom ?? null,
+    networks: [],
+    refusedUses: [],
   };
 }
 

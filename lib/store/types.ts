@@ -50,6 +50,35 @@ export interface KeyRecord {
    * of the key revoked when this one first authenticates. Null once done.
    */
   retires: number | null;
+  /**
+   * The client networks (canonical CIDR ranges) the key may be used from;
+   * null: from anywhere. Part of the record, so a cached record carries it.
+   */
+  allowFrom: string[] | null;
+  /**
+   * The last networks the key authenticated from, oldest first seen first.
+   * Written apart from the record; filled in by `get()` and `list()` only.
+   */
+  networks: NetworkUse[];
+  /**
+   * The last uses refused because the client was outside `allowFrom`,
+   * oldest first. Written apart from the record; filled in by `get()` and
+   * `list()` only.
+   */
+  refusedUses: RefusedUse[];
+}
+
+/** A network a key was used from: a /24 (IPv4) or /48 (IPv6) range. */
+export interface NetworkUse {
+  network: string;
+  firstSeenAt: string;
+  lastSeenAt: string;
+}
+
+/** A use of a key refused because the client was outside its `allowFrom`. */
+export interface RefusedUse {
+  address: string;
+  at: string;
 }
 
 /** What the admin supplies for a new key, plus the hash of the generated secret. */
@@ -60,12 +89,21 @@ export interface NewKeyInput {
   hint: string;
   /** When the key stops working; none when absent or null. */
   expiresAt?: string | null;
+  /** Canonical ranges the key may be used from; null or absent: anywhere. */
+  allowFrom?: string[] | null;
 }
 
 /** One line of the audit log. */
 export interface AuditEntry {
   at: string;
-  action: "create" | "revoke" | "rotate" | "expose" | "import";
+  action:
+    | "create"
+    | "revoke"
+    | "rotate"
+    | "expose"
+    | "import"
+    | "allow_from"
+    | "network";
   keyId: number;
   /** Who did it: OS user and host for the console. */
   actor: string;
@@ -176,6 +214,31 @@ export interface KeyStore {
   markExposed(id: number, options: ExposeOptions): Promise<boolean>;
   /** Records when keys were last used. Best effort: no audit line, no revision. */
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
+  /**
+   * Sets (or with null clears) where a key may be used from: an audited
+   * change that moves the revision. `changed` is false when it was so already.
+   */
+  setAllowFrom(
+    id: number,
+    allowFrom: string[] | null,
+    options: ChangeOptions,
+  ): Promise<{ record: KeyRecord; changed: boolean }>;
+  /**
+   * Merges network uses into each key's bounded list, written apart from
+   * the record. A network the list did not hold is audited (`network`),
+   * which moves the revision; returns those. Best effort: unknown keys and
+   * a store under import are skipped.
+   */
+  recordNetworkUses(
+    uses: Iterable<{ id: number; network: string; at: Date }>,
+  ): Promise<{ id: number; network: string }[]>;
+  /**
+   * Appends refused uses to each key's bounded list, written apart from the
+   * record: no audit line, no revision. Best effort, like `recordLastUsed`.
+   */
+  recordRefusedUses(
+    uses: Iterable<{ id: number; address: string; at: Date }>,
+  ): Promise<void>;
   /** Every key record (hashes, never keys) and audit line, for a backup. */
   exportAll(): AsyncIterable<ExportItem>;
   /**

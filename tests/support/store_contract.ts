@@ -544,6 +544,186 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     );
   });
 
+  test("setAllowFrom() is audited, moves the revision and reaches the request path's read; the same ranges again change nothing", async (store) => {
+    const key = await store.create(input("a"), { actor: ACTOR });
+    assert.equal(key.allowFrom, null);
+    const before = await store.revision();
+    const set = await store.setAllowFrom(
+      key.id,
+      ["192.0.2.7", "2001:DB8::/32"],
+      { actor: ACTOR },
+    );
+    assert.deepEqual(set.record.allowFrom, ["192.0.2.7/32", "2001:db8::/32"]);
+    assert.equal(set.changed, true);
+    const after = await store.findByHashAt(key.hash);
+    assert.ok(after.revision > before);
+    assert.deepEqual(after.record?.allowFrom, [
+      "192.0.2.7/32",
+      "2001:db8::/32",
+    ]);
+    const again = await store.setAllowFrom(key.id, [
+      "192.0.2.7/32",
+      "2001:db8::/32",
+    ], {
+      actor: ACTOR,
+    });
+    assert.equal(again.changed, false);
+    assert.equal(await store.revision(), after.revision);
+    await store.setAllowFrom(key.id, null, { actor: ACTOR });
+    assert.equal((await store.get(key.id))?.allowFrom, null);
+    const lines = (await collect(store.audit({ keyId: key.id })))
+      .filter((e) => e.action === "allow_from").map((e) => e.detail);
+    assert.deepEqual(lines, [
+      "usable only from 192.0.2.7/32, 2001:db8::/32",
+      "usable from anywhere",
+    ]);
+    await assert.rejects(
+      store.setAllowFrom(key.id, ["10.0.0.1/8"], { actor: ACTOR }),
+      StoreInputError,
+    );
+    await assert.rejects(
+      store.setAllowFrom(99, null, { actor: ACTOR }),
+      KeyNotFoundError,
+    );
+  });
+
+  test("create() with allowFrom stores the canonical ranges and says so in the audit", async (store) => {
+    const key = await store.create({
+      ...input("a"),
+      allowFrom: ["10.1.0.0/16"],
+    }, {
+      actor: ACTOR,
+    });
+    assert.deepEqual((await store.findByHash(key.hash))?.allowFrom, [
+      "10.1.0.0/16",
+    ]);
+    const [line] = await collect(store.audit({ keyId: key.id }));
+    assert.equal(line.detail, "usable only from 10.1.0.0/16");
+  });
+
+  test("recordNetworkUses() audits a network's first use only, moves the revision only then, and keeps five networks", async (store) => {
+    const key = await store.create(input("a"), { actor: ACTOR });
+    const t = (s: number) => new Date(Date.parse(key.createdAt) + s * 1000);
+    const first = await store.recordNetworkUses([
+      { id: key.id, network: "192.0.2.0/24", at: t(1) },
+      { id: key.id, network: "192.0.2.0/24", at: t(2) },
+      { id: 999, network: "192.0.2.0/24", at: t(2) },
+    ]);
+    assert.deepEqual(first, [{ id: key.id, network: "192.0.2.0/24" }]);
+    const revision = await store.revision();
+    const second = await store.recordNetworkUses([
+      { id: key.id, network: "192.0.2.0/24", at: t(3) },
+    ]);
+    assert.deepEqual(second, []);
+    assert.equal(
+      await store.revision(),
+      revision,
+      "a known network moves nothing",
+    );
+    assert.deepEqual((await store.get(key.id))?.networks, [{
+      network: "192.0.2.0/24",
+      firstSeenAt: t(1).toISOString(),
+      lastSeenAt: t(3).toISOString(),
+    }]);
+    for (let i = 1; i <= 6; i++) {
+      await store.recordNetworkUses([
+        { id: key.id, network: `2001:db8:${i}::/48`, at: t(10 + i) },
+      ]);
+    }
+    const networks = (await store.get(key.id))!.networks;
+    assert.deepEqual(
+      networks.map((n) => n.network),
+      [2, 3, 4, 5, 6].map((i) => `2001:db8:${i}::/48`),
+    );
+    const audited = (await collect(store.audit({ keyId: key.id })))
+      .filter((e) => e.action === "network");
+    assert.equal(audited.length, 7);
+    assert.equal(audited[0].detail, "first used from 192.0.2.0/24");
+    assert.equal(audited[0].actor, "server");
+    // The record the request path caches is untouched by usage.
+    assert.deepEqual((await store.findByHashAt(key.hash)).record?.networks, []);
+  });
+
+  test("recordRefusedUses() keeps the latest ten, oldest first, without moving the revision", async (store) => {
+    const key = await store.create(input("a"), { actor: ACTOR });
+    const revision = await store.revision();
+    const t0 = Date.parse(key.createdAt);
+    await store.recordRefusedUses(
+      Array.from({ length: 8 }, (_, i) => ({
+        id: key.id,
+        address: `198.51.100.${i}`,
+        at: new Date(t0 + i),
+      })),
+    );
+    await store.recordRefusedUses(
+      Array.from({ length: 8 }, (_, i) => ({
+        id: key.id,
+        address: `2001:db8::${i + 8}`,
+        at: new Date(t0 + 8 + i),
+      })),
+    );
+    await store.recordRefusedUses([{
+      id: 999,
+      address: "::1",
+      at: new Date(),
+    }]);
+    assert.equal(await store.revision(), revision);
+    const refused = (await store.get(key.id))!.refusedUses;
+    assert.equal(refused.length, 10);
+    assert.equal(refused[0].address, "198.51.100.6");
+    assert.equal(refused[9].address, "2001:db8::15");
+    assert.equal(refused[9].at, new Date(t0 + 15).toISOString());
+    assert.deepEqual((await collect(store.list()))[0].refusedUses, refused);
+  });
+
+  test("exportAll() then importAll() carries allowFrom, networks and refused uses", async (store) => {
+    const key = await store.create({
+      ...input("a"),
+      allowFrom: ["192.0.2.0/24"],
+    }, {
+      actor: ACTOR,
+    });
+    const at = new Date(Date.parse(key.createdAt) + 1000);
+    await store.recordNetworkUses([{
+      id: key.id,
+      network: "192.0.2.0/24",
+      at,
+    }]);
+    await store.recordRefusedUses([{ id: key.id, address: "203.0.113.9", at }]);
+    const items = await collect(store.exportAll());
+    await using target = await open();
+    await target.importAll(
+      (async function* () {
+        yield* items;
+      })(),
+      { actor: ACTOR },
+    );
+    const copied = await target.get(key.id);
+    assert.deepEqual(copied, await store.get(key.id));
+    assert.deepEqual(copied?.allowFrom, ["192.0.2.0/24"]);
+    assert.equal(copied?.networks.length, 1);
+    assert.equal(copied?.refusedUses[0].address, "203.0.113.9");
+    assert.deepEqual(
+      (await target.findByHashAt(key.hash)).record?.allowFrom,
+      ["192.0.2.0/24"],
+    );
+  });
+
+  test("importAll() of a version-1 record (no usage fields) gives a key usable from anywhere with nothing seen", async (store) => {
+    const { record } = importedKey(1);
+    const { allowFrom: _a, networks: _n, refusedUses: _r, ...old } = record;
+    await store.importAll(
+      (async function* () {
+        yield { type: "key" as const, record: old as KeyRecord };
+      })(),
+      { actor: ACTOR },
+    );
+    const imported = await store.get(1);
+    assert.equal(imported?.allowFrom, null);
+    assert.deepEqual(imported?.networks, []);
+    assert.deepEqual(imported?.refusedUses, []);
+  });
+
   test("importAll() refuses a store that is not empty and changes nothing", async (store) => {
     await store.create(input("a"), { actor: ACTOR });
     const before = await collect(store.exportAll());

@@ -12,6 +12,9 @@
  * - `audit`: one row per change, keyed by the revision it produced.
  * - `last_used`: when a key last authenticated, apart from `keys` so that it
  *   neither moves the revision nor waits on the `meta` lock.
+ * - `key_usage`: per key, the networks it was used from and the uses refused
+ *   for coming from outside `keys.allow_from`, apart from `keys` like
+ *   `last_used` (only a network's first use, being audited, takes `meta`).
  *
  * @module
  */
@@ -103,6 +106,19 @@ const MIGRATIONS: readonly string[] = [
   DROP INDEX keys_valid_name_key;
   CREATE UNIQUE INDEX keys_valid_name_key ON keys (name_key)
     WHERE status = 'valid' AND replaced_by IS NULL;
+  `,
+  // 3: where a key may be used from, and where it was used from.
+  `
+  ALTER TABLE keys ADD COLUMN allow_from jsonb;
+  CREATE TABLE key_usage (
+    key_id bigint PRIMARY KEY REFERENCES keys (id) ON DELETE CASCADE,
+    networks jsonb NOT NULL DEFAULT '[]',
+    refused jsonb NOT NULL DEFAULT '[]'
+  );
+  ALTER TABLE audit DROP CONSTRAINT audit_action_check;
+  ALTER TABLE audit ADD CONSTRAINT audit_action_check
+    CHECK (action IN ('create', 'revoke', 'rotate', 'expose', 'import',
+      'allow_from', 'network'));
   `,
 ];
 

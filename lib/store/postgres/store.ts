@@ -40,6 +40,14 @@ import {
   rotateDetail,
   rotation,
 } from "../records.ts";
+import {
+  allowFromDetail,
+  appendRefused,
+  byKey,
+  mergeNetworks,
+  networkDetail,
+  normalizeAllowFrom,
+} from "../usage_lists.ts";
 import type {
   AuditEntry,
   ChangeOptions,
@@ -48,7 +56,9 @@ import type {
   KeyRecord,
   KeyStatus,
   KeyStore,
+  NetworkUse,
   NewKeyInput,
+  RefusedUse,
   RetireOptions,
   RevokeOptions,
   RevokeResult,
@@ -92,6 +102,10 @@ interface KeyRow {
    * clock behind the console's, a version that rounded down) to it.
    */
   last_used_at?: Date | null;
+  allow_from: string[] | null;
+  /** From `key_usage`, where get() and list() join it. */
+  networks?: NetworkUse[] | null;
+  refused?: RefusedUse[] | null;
 }
 
 interface AuditRow {
@@ -203,8 +217,9 @@ export class PostgresKeyStore implements KeyStore {
       this.#sql<KeyRow[]>`
         SELECT k.*,
           CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
-            AS last_used_at
+            AS last_used_at, g.networks, g.refused
         FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
+          LEFT JOIN key_usage g ON g.key_id = k.id
         WHERE k.id = ${id}`
     );
     return rows.length === 0 ? null : toRecord(rows[0], true);
@@ -216,8 +231,9 @@ export class PostgresKeyStore implements KeyStore {
       this.#sql<KeyRow[]>`
         SELECT k.*,
           CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
-            AS last_used_at
+            AS last_used_at, g.networks, g.refused
         FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
+          LEFT JOIN key_usage g ON g.key_id = k.id
         WHERE k.name_key = ${key} AND k.status = 'valid'
           AND k.replaced_by IS NULL`
     );
@@ -234,8 +250,9 @@ export class PostgresKeyStore implements KeyStore {
         this.#sql<KeyRow[]>`
           SELECT k.*,
           CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
-            AS last_used_at
+            AS last_used_at, g.networks, g.refused
           FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
+            LEFT JOIN key_usage g ON g.key_id = k.id
           WHERE k.id > ${after} AND (${all} OR k.status = 'valid')
           ORDER BY k.id LIMIT ${BATCH}`
       );
@@ -264,6 +281,9 @@ export class PostgresKeyStore implements KeyStore {
   async create(input: NewKeyInput, options: ChangeOptions): Promise<KeyRecord> {
     const name = normalizeName(input.name);
     const email = normalizeEmail(input.email);
+    const allowFrom = input.allowFrom
+      ? normalizeAllowFrom(input.allowFrom)
+      : null;
     return await this.#change(async ({ tx, at, nextId }) => {
       const key = nameKey(name);
       const [byName] = await tx<{ id: string }[]>`
@@ -271,7 +291,11 @@ export class PostgresKeyStore implements KeyStore {
           AND replaced_by IS NULL`;
       if (byName) throw new NameTakenError(name, Number(byName.id));
       await refuseCollision(tx, input.hash);
-      const record = newRecord(nextId(), { ...input, name, email }, at);
+      const record = newRecord(
+        nextId(),
+        { ...input, name, email, allowFrom },
+        at,
+      );
       await insertKey(tx, record);
       await saveLifecycle(tx, record);
       return {
@@ -280,7 +304,7 @@ export class PostgresKeyStore implements KeyStore {
           action: "create",
           keyId: record.id,
           actor: options.actor,
-          detail: null,
+          detail: allowFrom === null ? null : allowFromDetail(allowFrom),
         },
       };
     });
@@ -396,6 +420,95 @@ export class PostgresKeyStore implements KeyStore {
     });
   }
 
+  async setAllowFrom(
+    id: number,
+    allowFrom: string[] | null,
+    options: ChangeOptions,
+  ): Promise<{ record: KeyRecord; changed: boolean }> {
+    const wanted = allowFrom === null ? null : normalizeAllowFrom(allowFrom);
+    return await this.#change<
+      { record: KeyRecord; changed: boolean }
+    >(async ({ tx }) => {
+      const current = await currentRecord(tx, id);
+      const record = { ...current, allowFrom: wanted };
+      if (JSON.stringify(current.allowFrom) === JSON.stringify(wanted)) {
+        return { result: { record, changed: false }, audit: null };
+      }
+      await tx`
+        UPDATE keys SET allow_from = ${jsonOrNull(wanted)}::text::jsonb
+        WHERE id = ${id}`;
+      return {
+        result: { record, changed: true },
+        audit: {
+          action: "allow_from",
+          keyId: id,
+          actor: options.actor,
+          detail: allowFromDetail(wanted),
+        },
+      };
+    });
+  }
+
+  async recordNetworkUses(
+    uses: Iterable<{ id: number; network: string; at: Date }>,
+  ): Promise<{ id: number; network: string }[]> {
+    const added: { id: number; network: string }[] = [];
+    for (const [id, group] of byKey(uses)) {
+      const result = await this.#pool.call(() =>
+        this.#sql.begin(async (tx) => {
+          const listed = await lockUsage(tx, id);
+          if (listed === null) return [];
+          const merged = mergeNetworks(listed.networks, group);
+          if (merged.added.length > 0) {
+            // Audit lines are numbered by revision: a first use takes `meta`
+            // as a change does, one revision per line. Usage rows are locked
+            // before `meta` and changes never lock them, so no deadlock.
+            const [free] = await tx<{ free: boolean }[]>`
+              SELECT pg_try_advisory_xact_lock_shared(${IMPORT_LOCK}) AS free`;
+            if (!free.free) return [];
+            const [meta] = await tx<{ revision: string }[]>`
+              SELECT revision FROM meta FOR UPDATE`;
+            let revision = BigInt(meta.revision);
+            const at = new Date();
+            for (const network of merged.added) {
+              await insertAudit(tx, (++revision).toString(), at, {
+                action: "network",
+                keyId: id,
+                actor: "server",
+                detail: networkDetail(network),
+              });
+            }
+            await tx`UPDATE meta SET revision = ${revision.toString()}`;
+          }
+          await tx`
+            UPDATE key_usage
+            SET networks = ${JSON.stringify(merged.networks)}::text::jsonb
+            WHERE key_id = ${id}`;
+          return merged.added;
+        }) as Promise<string[]>, { writes: true });
+      for (const network of result) added.push({ id, network });
+    }
+    return added;
+  }
+
+  async recordRefusedUses(
+    uses: Iterable<{ id: number; address: string; at: Date }>,
+  ): Promise<void> {
+    for (const [id, group] of byKey(uses)) {
+      await this.#pool.call(() =>
+        this.#sql.begin(async (tx) => {
+          const listed = await lockUsage(tx, id);
+          if (listed === null) return;
+          const refused = appendRefused(listed.refused, group);
+          await tx`
+            UPDATE key_usage SET refused = ${
+            JSON.stringify(refused)
+          }::text::jsonb
+            WHERE key_id = ${id}`;
+        }), { writes: true });
+    }
+  }
+
   async recordLastUsed(
     uses: Iterable<{ id: number; at: Date }>,
   ): Promise<void> {
@@ -435,7 +548,8 @@ export class PostgresKeyStore implements KeyStore {
         const [state] = await tx<{ empty: boolean; revision: string }[]>`
           SELECT NOT EXISTS (SELECT 1 FROM keys)
             AND NOT EXISTS (SELECT 1 FROM audit)
-            AND NOT EXISTS (SELECT 1 FROM last_used) AS empty,
+            AND NOT EXISTS (SELECT 1 FROM last_used)
+            AND NOT EXISTS (SELECT 1 FROM key_usage) AS empty,
             m.revision
           FROM meta m FOR UPDATE`;
         if (!state.empty) {
@@ -535,11 +649,33 @@ async function refuseCollision(tx: Tx, hash: string): Promise<void> {
 async function insertKey(tx: Tx, record: KeyRecord): Promise<void> {
   await tx`
     INSERT INTO keys (id, name, name_key, email, status, hash, hint,
-      created_at, revoked_at, revoked_reason, exposed_at, exposed_from)
+      created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
+      allow_from)
     VALUES (${record.id}, ${record.name}, ${nameKey(record.name)},
       ${record.email}, ${record.status}, ${record.hash}, ${record.hint},
       ${record.createdAt}, ${record.revokedAt}, ${record.revokedReason},
-      ${record.exposedAt}, ${record.exposedFrom})`;
+      ${record.exposedAt}, ${record.exposedFrom},
+      ${jsonOrNull(record.allowFrom)}::text::jsonb)`;
+}
+
+function jsonOrNull(value: unknown): string | null {
+  return value === null || value === undefined ? null : JSON.stringify(value);
+}
+
+/**
+ * The usage row of key `id`, created if missing and locked for this
+ * transaction; null when no such key exists.
+ */
+async function lockUsage(
+  tx: Tx,
+  id: number,
+): Promise<{ networks: NetworkUse[]; refused: RefusedUse[] } | null> {
+  await tx`
+    INSERT INTO key_usage (key_id) SELECT id FROM keys WHERE id = ${id}
+    ON CONFLICT (key_id) DO NOTHING`;
+  const [row] = await tx<{ networks: NetworkUse[]; refused: RefusedUse[] }[]>`
+    SELECT networks, refused FROM key_usage WHERE key_id = ${id} FOR UPDATE`;
+  return row ?? null;
 }
 
 async function saveRevocation(tx: Tx, record: KeyRecord): Promise<void> {
@@ -638,6 +774,9 @@ async function writeImport(
         expires_at: record.expiresAt,
         replaced_by: record.replacedBy,
         retires: record.retires,
+        allow_from: record.allowFrom,
+        networks: record.networks,
+        refused: record.refusedUses,
       });
       counts.keys++;
       counts.maxId = checker.maxId;
@@ -664,15 +803,22 @@ async function insertImportedKeys(tx: Tx, json: string): Promise<void> {
   await tx`
     INSERT INTO keys (id, name, name_key, email, status, hash, hint,
       created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
-      expires_at, replaced_by, retires)
+      expires_at, replaced_by, retires, allow_from)
     SELECT id, name, name_key, email, status, hash, hint,
       created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
-      expires_at, replaced_by, retires
+      expires_at, replaced_by, retires, allow_from
     FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint, name text,
       name_key text, email text, status text, hash text, hint text,
       created_at timestamptz, revoked_at timestamptz, revoked_reason text,
       exposed_at timestamptz, exposed_from text,
-      expires_at timestamptz, replaced_by bigint, retires bigint)`;
+      expires_at timestamptz, replaced_by bigint, retires bigint,
+      allow_from jsonb)`;
+  await tx`
+    INSERT INTO key_usage (key_id, networks, refused)
+    SELECT id, networks, refused
+    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint,
+      networks jsonb, refused jsonb)
+    WHERE networks <> '[]'::jsonb OR refused <> '[]'::jsonb`;
   await tx`
     INSERT INTO last_used (key_id, at)
     SELECT id, last_used_at
@@ -711,11 +857,14 @@ function toRecord(row: KeyRow, withLastUsed: boolean): KeyRecord {
     revokedReason: row.revoked_reason,
     exposedAt: row.exposed_at?.toISOString() ?? null,
     exposedFrom: row.exposed_from,
-    // Like the KV store, only get() and list() fill this in.
+    // Like the KV store, only get() and list() fill these in.
     lastUsedAt: withLastUsed ? row.last_used_at?.toISOString() ?? null : null,
     expiresAt: row.expires_at?.toISOString() ?? null,
     replacedBy: row.replaced_by === null ? null : Number(row.replaced_by),
     retires: row.retires === null ? null : Number(row.retires),
+    allowFrom: row.allow_from ?? null,
+    networks: withLastUsed ? row.networks ?? [] : [],
+    refusedUses: withLastUsed ? row.refused ?? [] : [],
   };
 }
 

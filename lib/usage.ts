@@ -1,0 +1,128 @@
+/**
+ * Where keys may be used from and where they are used from, on the request
+ * path: the `allowFrom` check, and the notes of networks used and uses
+ * refused, written off the request path in batches like lastUsedAt
+ * (lib/last_used.ts).
+ *
+ * A request costs a map lookup at most: a key with no `allowFrom` is not
+ * checked at all, a restricted key's ranges are parsed once per cached
+ * record, and a use is noted in memory and written by a timer. Each key and
+ * network is written at most once a minute per process, each key's refused
+ * uses at most once per flush, so a flood of refused uses from any number
+ * of addresses costs one bounded write per key per flush.
+ *
+ * @module
+ */
+
+import { networkKey } from "./client_address.ts";
+import { type Cidr, cidrContains, parseCidr, parseIp } from "./ip.ts";
+import type { KeyRecord, KeyStore } from "./store/types.ts";
+import { REFUSED_KEPT } from "./store/usage_lists.ts";
+
+const MINUTE = 60_000;
+
+/** Parsed ranges by the record's own array, so each cached record parses once. */
+const parsedRanges = new WeakMap<readonly string[], Cidr[]>();
+
+/**
+ * True when `client` (an address as lib/client_address.ts gives it) may use
+ * the key: always when the record has no `allowFrom`.
+ */
+export function allowedFrom(record: KeyRecord, client: string): boolean {
+  const ranges = record.allowFrom;
+  if (ranges == null) return true;
+  let cidrs = parsedRanges.get(ranges);
+  if (cidrs === undefined) {
+    cidrs = ranges.map(parseCidr).filter((c): c is Cidr => c !== null);
+    parsedRanges.set(ranges, cidrs);
+  }
+  const address = parseIp(client);
+  return address !== null && cidrs.some((c) => cidrContains(c, address));
+}
+
+/** Options of {@linkcode UsageRecorder}. */
+export interface UsageRecorderOptions {
+  /** How often pending notes are written; default 5 s. */
+  flushMs?: number;
+  /** Receives one line per first use of a key from a network. */
+  log?: (fields: Record<string, unknown>) => void;
+}
+
+/** Notes networks used and uses refused, and writes them in the background. */
+export class UsageRecorder {
+  #store: KeyStore;
+  #log: UsageRecorderOptions["log"];
+  /** `id network` → when last noted, to note each at most once a minute. */
+  #noted = new Map<string, number>();
+  #networks: { id: number; network: string; at: Date }[] = [];
+  #refused = new Map<number, { address: string; at: Date }[]>();
+  #timer: ReturnType<typeof setInterval>;
+  #flushing: Promise<void> = Promise.resolve();
+
+  /** Writes pending notes every `flushMs`. */
+  constructor(store: KeyStore, options: UsageRecorderOptions = {}) {
+    this.#store = store;
+    this.#log = options.log;
+    this.#timer = setInterval(() => this.flush(), options.flushMs ?? 5_000);
+    Deno.unrefTimer(this.#timer);
+  }
+
+  /**
+   * Notes that key `id` authenticated a client counted under `lockoutKey`
+   * (lib/client_address.ts), whose /24 or /48 is the network kept.
+   */
+  used(id: number, lockoutKey: string, now: number): void {
+    const network = networkKey(lockoutKey);
+    const noted = `${id} ${network}`;
+    if (now - (this.#noted.get(noted) ?? -Infinity) < MINUTE) return;
+    this.#noted.set(noted, now);
+    this.#networks.push({ id, network, at: new Date(now) });
+  }
+
+  /** Notes a use of key `id` refused for coming from `client`. */
+  refused(id: number, client: string, now: number): void {
+    let pending = this.#refused.get(id);
+    if (pending === undefined) this.#refused.set(id, pending = []);
+    pending.push({ address: client, at: new Date(now) });
+    // Only the latest are kept in the store, so only they need wait here.
+    if (pending.length > REFUSED_KEPT) pending.shift();
+  }
+
+  /** Writes what is pending. Failures are dropped: these are hints, not records. */
+  flush(): Promise<void> {
+    if (this.#networks.length === 0 && this.#refused.size === 0) {
+      return this.#flushing;
+    }
+    const networks = this.#networks;
+    const refused = [...this.#refused].flatMap(([id, uses]) =>
+      uses.map((use) => ({ id, ...use }))
+    );
+    this.#networks = [];
+    this.#refused.clear();
+    this.#forgetOld(Date.now());
+    this.#flushing = this.#flushing
+      .then(async () => {
+        if (refused.length > 0) await this.#store.recordRefusedUses(refused);
+        if (networks.length === 0) return;
+        for (
+          const { id, network } of await this.#store.recordNetworkUses(networks)
+        ) {
+          this.#log?.({ msg: "key_new_network", apiKeyId: id, network });
+        }
+      })
+      .catch(() => {});
+    return this.#flushing;
+  }
+
+  /** Stops the timer and writes what is pending. */
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.flush();
+  }
+
+  #forgetOld(now: number): void {
+    for (const [noted, at] of this.#noted) {
+      if (now - at >= MINUTE) this.#noted.delete(noted);
+    }
+  }
+}
