@@ -238,3 +238,48 @@ Deno.test({
     assert.equal((await call(b.url, fresh.key)).status, 200);
   },
 });
+
+Deno.test({
+  name:
+    "with --overlap on PostgreSQL, two instances answer the old key until its deadline and both refuse it from the first request after",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using database = await freshDatabase();
+    const env = { DATABASE_URL: database.url };
+    const old = await createKey(dir.path, "berlin-erp", "ops@example.com", env);
+    await using a = await startServer(dir.path, env);
+    await using b = await startServer(dir.path, env);
+    const rotate = await keys(dir.path, [
+      "rotate",
+      "berlin-erp",
+      "--overlap",
+      "3s",
+      "--yes",
+      "--json",
+    ], env);
+    assert.equal(rotate.code, 0, rotate.stderr);
+    const rotated = JSON.parse(rotate.stdout);
+    const deadline = Date.parse(rotated.replaces.expiresAt);
+    const refused = new Set<string>();
+    // An integrator polling both instances in turn, as behind a load balancer.
+    for (let i = 0; i < 400 && refused.size < 2; i++) {
+      for (const server of [a, b]) {
+        const before = Date.now();
+        const answer = await call(server.url, old.key);
+        const after = Date.now();
+        if (answer.status === 401) {
+          assert.ok(after >= deadline, "refused before its deadline");
+          refused.add(server.url);
+        } else {
+          assert.equal(answer.status, 200);
+          assert.ok(before < deadline, "answered 200 after its deadline");
+          assert.ok(!refused.has(server.url), "200 again after a 401");
+        }
+        assert.equal((await call(server.url, rotated.key)).status, 200);
+      }
+      await sleep(20);
+    }
+    assert.equal(refused.size, 2, "both instances refused the old key");
+  },
+});
