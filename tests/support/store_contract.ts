@@ -601,6 +601,31 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.equal(line.detail, "usable only from 10.1.0.0/16");
   });
 
+  test("rotate() gives the replacement the old key's allowFrom, with or without an overlap", async (store) => {
+    const key = await store.create({
+      ...input("a"),
+      allowFrom: ["10.1.0.0/16", "2001:db8::/48"],
+    }, { actor: ACTOR });
+    const plain = await store.rotate(key.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    assert.deepEqual(plain.created.allowFrom, ["10.1.0.0/16", "2001:db8::/48"]);
+    const overlapped = await store.rotate(plain.created.id, generateApiKey(), {
+      actor: ACTOR,
+      overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+      untilFirstUse: true,
+    });
+    for (const record of [overlapped.created, overlapped.revoked]) {
+      assert.deepEqual(record.allowFrom, ["10.1.0.0/16", "2001:db8::/48"]);
+    }
+    // What the request path reads, not only what rotate() returned.
+    const stored = await store.findByHashAt(overlapped.created.hash);
+    assert.deepEqual(stored.record?.allowFrom, [
+      "10.1.0.0/16",
+      "2001:db8::/48",
+    ]);
+  });
+
   test("recordNetworkUses() audits a network's first use only, moves the revision only then, and keeps five networks", async (store) => {
     const key = await store.create(input("a"), { actor: ACTOR });
     const t = (s: number) => new Date(Date.parse(key.createdAt) + s * 1000);
