@@ -1102,6 +1102,65 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.equal((await target.getByName("a"))?.id, 3);
   });
 
+  test("importAll() refuses rotation links no rotation writes, and leaves the store empty", async (store) => {
+    const later = new Date(Date.now() + 86_400_000).toISOString();
+    const old = importedKey(1).record;
+    const replacement = importedKey(2).record;
+    const unrelated = importedKey(3).record;
+    const cases: [string, KeyRecord[]][] = [
+      ["a key that retires itself", [{ ...old, retires: 1 }]],
+      ["a key that replaces itself", [{
+        ...old,
+        replacedBy: 1,
+        expiresAt: later,
+      }]],
+      ["a valid key in an overlap without a deadline", [
+        { ...old, name: replacement.name, replacedBy: 2 },
+        replacement,
+      ]],
+      ["a key that retires one it does not replace", [
+        old,
+        unrelated,
+        { ...replacement, retires: 3 },
+      ]],
+    ];
+    for (const [what, records] of cases) {
+      await assert.rejects(
+        store.importAll(
+          (async function* () {
+            for (const record of records) {
+              yield { type: "key", record } as ExportItem;
+            }
+          })(),
+          { actor: ACTOR },
+        ),
+        StoreInputError,
+        what,
+      );
+      assert.deepEqual(await collect(store.exportAll()), [], what);
+    }
+    // The links a rotation does write still import.
+    await store.importAll(
+      (async function* () {
+        yield {
+          type: "key",
+          record: {
+            ...old,
+            name: replacement.name,
+            replacedBy: 2,
+            expiresAt: later,
+          },
+        } as ExportItem;
+        yield {
+          type: "key",
+          record: { ...replacement, retires: 1 },
+        } as ExportItem;
+      })(),
+      { actor: ACTOR },
+    );
+    assert.equal((await store.get(2))?.retires, 1);
+  });
+
   test("a record exported before lifetimes (version 1, without the fields) imports with them null", async (store) => {
     const { record } = importedKey(1);
     const {
