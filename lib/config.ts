@@ -110,6 +110,14 @@ export function readKeyMaxLifetime(env: EnvReader): number | null {
       }`,
     );
   }
+  // Every new key's expiry is now + this: it must be a time a date can hold.
+  if (Number.isNaN(new Date(Date.now() + ms).getTime())) {
+    throw new ConfigError(
+      `KEY_MAX_LIFETIME ${
+        JSON.stringify(raw)
+      } reaches past the last time a date can hold; give a shorter duration such as 90d`,
+    );
+  }
   return ms;
 }
 

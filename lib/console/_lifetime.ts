@@ -49,10 +49,12 @@ export function requestedExpiry(
         }`,
       );
     }
-    at = now + ms;
+    at = Date.parse(isoAfter(now, ms, "--expires-in", inText));
   } else if (typeof atText === "string") {
+    // Date.parse moves 2030-02-31 to March 3rd: a day that does not exist
+    // is refused, not guessed at.
     at = /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)$/
-        .test(atText.trim())
+        .test(atText.trim()) && dayExists(atText)
       ? Date.parse(atText.trim())
       : NaN;
     if (Number.isNaN(at)) {
@@ -80,6 +82,34 @@ export function requestedExpiry(
   return new Date(at).toISOString();
 }
 
+/**
+ * `now + ms` as ISO 8601, or a UsageError naming `option` when no date can
+ * hold it (parseDuration allows 999999999d, millions of years).
+ */
+function isoAfter(
+  now: number,
+  ms: number,
+  option: string,
+  text: string,
+): string {
+  const at = new Date(now + ms);
+  if (Number.isNaN(at.getTime())) {
+    throw new UsageError(
+      `${option} ${
+        JSON.stringify(text.trim())
+      } reaches past the last time a date can hold; give a shorter duration`,
+    );
+  }
+  return at.toISOString();
+}
+
+/** True when `text` (checked as ISO 8601 already) names a day its month has. */
+function dayExists(text: string): boolean {
+  const [year, month, day] = text.trim().slice(0, 10).split("-").map(Number);
+  const date = new Date(Date.UTC(year, month - 1, day));
+  return date.getUTCMonth() === month - 1 && date.getUTCDate() === day;
+}
+
 /** The lifetime of a rotation's replacement: KEY_MAX_LIFETIME when set. */
 export function replacementExpiry(options: { now: number }): string | null {
   const max = readKeyMaxLifetime(processEnv);
@@ -99,5 +129,5 @@ export function overlapDeadline(
       }`,
     );
   }
-  return new Date(options.now + ms).toISOString();
+  return isoAfter(options.now, ms, "--overlap", text);
 }

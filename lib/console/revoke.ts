@@ -4,7 +4,8 @@
  * @module
  */
 
-import { normalizeReason } from "../store/records.ts";
+import { normalizeReason, recordAt } from "../store/records.ts";
+import type { KeyRecord, KeyStore } from "../store/types.ts";
 import {
   type Command,
   CONFIRM_NOTES,
@@ -54,6 +55,41 @@ export const revoke: Command = {
           named(record)
         } was already revoked at ${record.revokedAt}; nothing changed.`,
     );
+    // A key in a rotation's overlap gave its name to its replacement: revoking
+    // by name revokes the replacement and leaves it working, which whoever
+    // revokes a leaked key must hear of.
+    for (const older of await stillWorking(store, record.id)) {
+      report(
+        `Key ${
+          named(older)
+        }, which key ${older.replacedBy} replaced, still works until ${older.expiresAt}; revoke it too if it must stop now: keys revoke ${older.id}`,
+      );
+    }
     printRecord(ctx, record);
   },
 };
+
+/**
+ * The keys still in a rotation's overlap that lead to key `id`: its
+ * predecessor, that one's, and so on, newest first.
+ */
+async function stillWorking(
+  store: KeyStore,
+  id: number,
+): Promise<KeyRecord[]> {
+  const byReplacement = new Map<number, KeyRecord>();
+  const now = Date.now();
+  for await (const listed of store.list()) {
+    const record = recordAt(listed, now);
+    if (record.status === "valid" && record.replacedBy !== null) {
+      byReplacement.set(record.replacedBy, record);
+    }
+  }
+  const found: KeyRecord[] = [];
+  for (
+    let older = byReplacement.get(id);
+    older !== undefined && !found.includes(older);
+    older = byReplacement.get(older.id)
+  ) found.push(older);
+  return found;
+}

@@ -7,7 +7,7 @@
 
 import { generateApiKey } from "../api_key.ts";
 import { KeyCollisionError, RotateRevokedError } from "../store/errors.ts";
-import { publicRecord } from "../store/records.ts";
+import { publicRecord, refuseRetiring } from "../store/records.ts";
 import type { KeyRecord, KeyStore, RotateOptions } from "../store/types.ts";
 import {
   type Command,
@@ -60,6 +60,9 @@ export const rotate: Command = {
     const target = await resolve(store, positionals[0]);
     // A revoked key cannot be rotated: say so without asking, or writing a key.
     if (target.status !== "valid") throw new RotateRevokedError(target.id);
+    // Nor can a key in an overlap: say so before a key that would not work
+    // is written to stdout.
+    refuseRetiring(target);
     await confirm({
       question: `Rotate key ${describe(target)}? ` +
         (overlap.overlapUntil

@@ -48,6 +48,7 @@ function defectPhrase(error: ImportKeyError): string {
         /^[aeiou]/.test(recordField ?? "") ? "an" : "a"
       } ${recordField} longer than ${limit} characters`,
     usage_malformed: () => `a bad ${recordField}`,
+    link_invalid: () => `a ${recordField} link that no rotation writes`,
   };
   return phrases[error.defect]();
 }

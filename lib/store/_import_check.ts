@@ -83,7 +83,11 @@ function nameOk(name: string): boolean {
   return name.length <= REVOKED_NAME_MAX;
 }
 
-/** The rotation links are key ids or null (exports before version 2 have none). */
+/**
+ * The rotation links are key ids or null (exports before version 2 have
+ * none), and only as a rotation writes them: no key replaces or retires
+ * itself, and a valid key in an overlap has the deadline that ends it.
+ */
 function checkLinks(record: KeyRecord): void {
   for (const field of ["replacedBy", "retires"] as const) {
     const value = record[field] ?? null;
@@ -93,6 +97,15 @@ function checkLinks(record: KeyRecord): void {
     ) {
       fail(record.id, "id_out_of_range", { limit: MAX_KEY_ID });
     }
+    if (value === record.id) {
+      fail(record.id, "link_invalid", { recordField: field });
+    }
+  }
+  if (
+    record.status === "valid" && (record.replacedBy ?? null) !== null &&
+    (record.expiresAt ?? null) === null
+  ) {
+    fail(record.id, "link_invalid", { recordField: "replacedBy" });
   }
 }
 
@@ -153,6 +166,9 @@ export class ImportChecker {
   #names = new Set<string>();
   #ids = new Set<number>();
   #hashes = new Set<string>();
+  /** Each key's replacement, for the `retires` links checked at the end. */
+  #replacedBy = new Map<number, number>();
+  #retires: { id: number; retires: number }[] = [];
   /** The highest key id seen so far; 0 before any. */
   maxId = 0;
 
@@ -226,6 +242,12 @@ export class ImportChecker {
       record,
       (recordField) => fail(id, "usage_malformed", { recordField }),
     );
+    if ((record.replacedBy ?? null) !== null) {
+      this.#replacedBy.set(id, record.replacedBy!);
+    }
+    if ((record.retires ?? null) !== null) {
+      this.#retires.push({ id, retires: record.retires! });
+    }
     this.#ids.add(id);
     this.#hashes.add(record.hash);
     this.maxId = Math.max(this.maxId, id);
@@ -247,6 +269,19 @@ export class ImportChecker {
       retires: record.retires ?? null,
       ...usage,
     };
+  }
+
+  /**
+   * The checks that need every record, once the last is in: a key that
+   * retires another at its first use must be that key's replacement, or
+   * its first use would revoke a key no rotation linked to it.
+   */
+  finish(): void {
+    for (const { id, retires } of this.#retires) {
+      if (this.#replacedBy.get(retires) !== id) {
+        fail(id, "link_invalid", { recordField: "retires" });
+      }
+    }
   }
 
   /** Validates one imported audit line and returns it in canonical shape. */

@@ -222,7 +222,9 @@ export type ImportDefect =
   /** `recordField` is longer than `limit` characters. */
   | "text_too_long"
   /** `recordField` (allowFrom, networks, refusedUses) is not as an export writes it. */
-  | "usage_malformed";
+  | "usage_malformed"
+  /** `recordField` (replacedBy, retires) links keys as no rotation does. */
+  | "link_invalid";
 
 /** An imported key record is refused. */
 export class ImportKeyError extends StoreInputError {

@@ -727,6 +727,7 @@ export class KvKeyStore implements KeyStore {
         throw new ImportItemError((item as { type: unknown }).type);
       }
     }
+    checker.finish();
     await batch.flush();
     return counts;
   }

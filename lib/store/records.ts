@@ -300,14 +300,18 @@ export function rotation(
   fresh: KeyRecord,
   options: RotateOptions & { at: Date },
 ): { created: KeyRecord; old: KeyRecord } {
+  // The replacement is the same installation's key: a restriction to its
+  // networks must not fall away because the key was rotated (often after a
+  // leak, when it matters most).
+  const created = { ...fresh, allowFrom: current.allowFrom };
   if (options.overlapUntil === undefined) {
     return {
-      created: fresh,
+      created,
       old: rotatedRecord(current, options.at, fresh.id),
     };
   }
   return {
-    created: { ...fresh, retires: options.untilFirstUse ? current.id : null },
+    created: { ...created, retires: options.untilFirstUse ? current.id : null },
     old: overlappedRecord(current, options.overlapUntil, fresh.id),
   };
 }

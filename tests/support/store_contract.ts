@@ -601,6 +601,31 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.equal(line.detail, "usable only from 10.1.0.0/16");
   });
 
+  test("rotate() gives the replacement the old key's allowFrom, with or without an overlap", async (store) => {
+    const key = await store.create({
+      ...input("a"),
+      allowFrom: ["10.1.0.0/16", "2001:db8::/48"],
+    }, { actor: ACTOR });
+    const plain = await store.rotate(key.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    assert.deepEqual(plain.created.allowFrom, ["10.1.0.0/16", "2001:db8::/48"]);
+    const overlapped = await store.rotate(plain.created.id, generateApiKey(), {
+      actor: ACTOR,
+      overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+      untilFirstUse: true,
+    });
+    for (const record of [overlapped.created, overlapped.revoked]) {
+      assert.deepEqual(record.allowFrom, ["10.1.0.0/16", "2001:db8::/48"]);
+    }
+    // What the request path reads, not only what rotate() returned.
+    const stored = await store.findByHashAt(overlapped.created.hash);
+    assert.deepEqual(stored.record?.allowFrom, [
+      "10.1.0.0/16",
+      "2001:db8::/48",
+    ]);
+  });
+
   test("recordNetworkUses() audits a network's first use only, moves the revision only then, and keeps five networks", async (store) => {
     const key = await store.create(input("a"), { actor: ACTOR });
     const t = (s: number) => new Date(Date.parse(key.createdAt) + s * 1000);
@@ -1075,6 +1100,65 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       [[1, later, 3, null], [2, later, null, null], [3, null, null, 1]],
     );
     assert.equal((await target.getByName("a"))?.id, 3);
+  });
+
+  test("importAll() refuses rotation links no rotation writes, and leaves the store empty", async (store) => {
+    const later = new Date(Date.now() + 86_400_000).toISOString();
+    const old = importedKey(1).record;
+    const replacement = importedKey(2).record;
+    const unrelated = importedKey(3).record;
+    const cases: [string, KeyRecord[]][] = [
+      ["a key that retires itself", [{ ...old, retires: 1 }]],
+      ["a key that replaces itself", [{
+        ...old,
+        replacedBy: 1,
+        expiresAt: later,
+      }]],
+      ["a valid key in an overlap without a deadline", [
+        { ...old, name: replacement.name, replacedBy: 2 },
+        replacement,
+      ]],
+      ["a key that retires one it does not replace", [
+        old,
+        unrelated,
+        { ...replacement, retires: 3 },
+      ]],
+    ];
+    for (const [what, records] of cases) {
+      await assert.rejects(
+        store.importAll(
+          (async function* () {
+            for (const record of records) {
+              yield { type: "key", record } as ExportItem;
+            }
+          })(),
+          { actor: ACTOR },
+        ),
+        StoreInputError,
+        what,
+      );
+      assert.deepEqual(await collect(store.exportAll()), [], what);
+    }
+    // The links a rotation does write still import.
+    await store.importAll(
+      (async function* () {
+        yield {
+          type: "key",
+          record: {
+            ...old,
+            name: replacement.name,
+            replacedBy: 2,
+            expiresAt: later,
+          },
+        } as ExportItem;
+        yield {
+          type: "key",
+          record: { ...replacement, retires: 1 },
+        } as ExportItem;
+      })(),
+      { actor: ACTOR },
+    );
+    assert.equal((await store.get(2))?.retires, 1);
   });
 
   test("a record exported before lifetimes (version 1, without the fields) imports with them null", async (store) => {

@@ -795,6 +795,7 @@ async function writeImport(
     }
     if (keys.length + audit.length >= BATCH) await flush();
   }
+  checker.finish();
   await flush();
   return counts;
 }
