@@ -16,6 +16,8 @@ import type {
   KeyRecord,
   KeyStore,
 } from "./store/types.ts";
+import { pathExists } from "./_exists.ts";
+import { folderOf } from "./permissions.ts";
 import { writeAll } from "./_write_all.ts";
 
 /** A backup refused or failed; its message is meant for the admin as is. */
@@ -117,22 +119,12 @@ class LineWriter {
   }
 }
 
-/** As lib/permissions.ts folderOf() reads it: a backslash is part of a name. */
+/** The folder as the keys task grants it, so a backslash is part of a name. */
 function splitPath(file: string): { folder: string; base: string } {
-  const slash = file.lastIndexOf("/");
-  return slash < 0
-    ? { folder: ".", base: file }
-    : { folder: file.slice(0, slash) || "/", base: file.slice(slash + 1) };
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return false;
-    throw error;
-  }
+  return {
+    folder: folderOf(file),
+    base: file.slice(file.lastIndexOf("/") + 1),
+  };
 }
 
 async function removeQuietly(path: string): Promise<void> {
@@ -263,7 +255,7 @@ async function writeExport(
   const { file, folder, temp } = target;
   let handle: Deno.FsFile;
   try {
-    if (await exists(file)) throw alreadyThere(file);
+    if (await pathExists(file)) throw alreadyThere(file);
     // 0600: the export names every integrator and holds every hash.
     handle = await Deno.open(temp, {
       createNew: true,
@@ -312,7 +304,7 @@ async function publish(temp: string, file: string): Promise<void> {
       throw fileProblem(error, file, "written");
     }
     // A file system without hard links: check, then rename.
-    if (await exists(file)) {
+    if (await pathExists(file)) {
       await removeQuietly(temp);
       throw alreadyThere(file);
     }

@@ -36,6 +36,7 @@
  * @module
  */
 
+import { pathExists } from "../_exists.ts";
 import { DEFAULT_KV_PATH } from "../config.ts";
 import { ImportChecker } from "./_import_check.ts";
 import {
@@ -143,7 +144,7 @@ export async function openKvStore(path: string): Promise<KvKeyStore> {
   // are private either way).
   const own =
     path.replace(/^\.\//, "") === DEFAULT_KV_PATH.replace(/^\.\//, "");
-  if (folder !== "" && (own || !await exists(folder))) {
+  if (folder !== "" && (own || !await pathExists(folder))) {
     await Deno.mkdir(folder, { recursive: true, mode: 0o700 });
     await Deno.chmod(folder, 0o700);
   }
@@ -160,16 +161,6 @@ export async function openKvStore(path: string): Promise<KvKeyStore> {
     }
   }
   return new KvKeyStore(kv);
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return false;
-    throw error;
-  }
 }
 
 /** {@linkcode KeyStore} on Deno KV. */

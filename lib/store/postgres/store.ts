@@ -211,16 +211,24 @@ export class PostgresKeyStore implements KeyStore {
     return BigInt(row.revision);
   }
 
+  /**
+   * Key rows with what is written apart from them (last use, usage), as
+   * get(), getByName() and list() read them: one statement, so a column
+   * added to one cannot be missed by another.
+   */
+  #records() {
+    return this.#sql`
+      SELECT k.*,
+        CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
+          AS last_used_at, g.networks, g.refused
+      FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
+        LEFT JOIN key_usage g ON g.key_id = k.id`;
+  }
+
   async get(id: number): Promise<KeyRecord | null> {
     if (!Number.isSafeInteger(id)) return null;
     const rows = await this.#pool.call(() =>
-      this.#sql<KeyRow[]>`
-        SELECT k.*,
-          CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
-            AS last_used_at, g.networks, g.refused
-        FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
-          LEFT JOIN key_usage g ON g.key_id = k.id
-        WHERE k.id = ${id}`
+      this.#sql<KeyRow[]>`${this.#records()} WHERE k.id = ${id}`
     );
     return rows.length === 0 ? null : toRecord(rows[0], true);
   }
@@ -229,11 +237,7 @@ export class PostgresKeyStore implements KeyStore {
     const key = nameKey(name);
     const rows = await this.#pool.call(() =>
       this.#sql<KeyRow[]>`
-        SELECT k.*,
-          CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
-            AS last_used_at, g.networks, g.refused
-        FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
-          LEFT JOIN key_usage g ON g.key_id = k.id
+        ${this.#records()}
         WHERE k.name_key = ${key} AND k.status = 'valid'
           AND k.replaced_by IS NULL`
     );
@@ -248,11 +252,7 @@ export class PostgresKeyStore implements KeyStore {
     for (let after = 0;;) {
       const rows = await this.#pool.call(() =>
         this.#sql<KeyRow[]>`
-          SELECT k.*,
-          CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
-            AS last_used_at, g.networks, g.refused
-          FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
-            LEFT JOIN key_usage g ON g.key_id = k.id
+          ${this.#records()}
           WHERE k.id > ${after} AND (${all} OR k.status = 'valid')
           ORDER BY k.id LIMIT ${BATCH}`
       );
