@@ -17,6 +17,7 @@
 
 import { BackupError } from "./lib/backup.ts";
 import { processEnv, readStoreLocation } from "./lib/config.ts";
+import { acknowledged, type Lapsed } from "./lib/store/acknowledged.ts";
 import { openStore } from "./lib/store/open.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
@@ -52,7 +53,26 @@ export async function main(args: string[]): Promise<number> {
     const location = readStoreLocation(processEnv);
     const files = parsed.command.files?.(parsed.positionals);
     requireGrants(consoleGrants(location, files), refusal);
-    store = await openStore(location);
+    // Every change waits until each running server has dropped what it
+    // replaced, or that server's lease has run out (lib/lease.ts).
+    store = acknowledged(await openStore(location), {
+      onWait: (pending, leaseMs) =>
+        report(
+          `Waiting up to ${leaseMs / 1000} s for ${
+            servers(pending.length)
+          } to confirm the change: ${pending.map(describeServer).join(", ")}`,
+        ),
+      onAcknowledged: ({ lapsed }) => {
+        if (lapsed.length === 0) return;
+        report(
+          `${servers(lapsed.length)} did not confirm before ${
+            lapsed.length === 1 ? "its lease" : "their leases"
+          } ran out (${
+            lapsed.map(describeServer).join(", ")
+          }); each reads the store again before it answers a request`,
+        );
+      },
+    });
     if (!NO_RETIRING.has(parsed.name)) await retireDue(store);
     await parsed.command.run(commandContext(store, parsed, { out }));
     return 0;
@@ -75,6 +95,16 @@ export async function main(args: string[]): Promise<number> {
     out.flush();
     await store?.close();
   }
+}
+
+function servers(count: number): string {
+  return count === 1 ? "1 server" : `${count} servers`;
+}
+
+function describeServer(server: Lapsed): string {
+  return server.host === ""
+    ? `pid ${server.pid}`
+    : `pid ${server.pid} on ${server.host}`;
 }
 
 /**

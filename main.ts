@@ -8,6 +8,7 @@
 import { ConfigError, processEnv, readConfig } from "./lib/config.ts";
 import { createHandler } from "./lib/handler.ts";
 import { LastUsedRecorder } from "./lib/last_used.ts";
+import { Lease } from "./lib/lease.ts";
 import { LockoutTracker } from "./lib/lockout.ts";
 import {
   PermissionsMissingError,
@@ -18,6 +19,7 @@ import {
 } from "./lib/permissions.ts";
 import { JsonLog } from "./lib/log.ts";
 import { serveGuarded, ServeUnsupportedError } from "./lib/serve.ts";
+import { acknowledged } from "./lib/store/acknowledged.ts";
 import { openStore } from "./lib/store/open.ts";
 import { UsageRecorder } from "./lib/usage.ts";
 
@@ -37,7 +39,11 @@ export async function serve(): Promise<void> {
     cert: await Deno.readTextFile(config.tls.certFile),
     key: await Deno.readTextFile(config.tls.keyFile),
   };
-  const store = await openStore(config.store);
+  const opened = await openStore(config.store);
+  const lease = new Lease(opened, { log: (fields) => log.write(fields) });
+  // A change this server makes (a retirement) waits for every server's
+  // acknowledgement, its own included, which the poke hurries.
+  const store = acknowledged(opened, { onCommitted: () => lease.poke() });
   const lastUsed = new LastUsedRecorder(store);
   const usage = new UsageRecorder(store, {
     log: (fields) => log.write(fields),
@@ -49,7 +55,11 @@ export async function serve(): Promise<void> {
     trustedProxies: config.trustedProxies,
     log: (fields) => log.write(fields),
     logRequest: (line) => log.request(line),
+    lease,
   });
+  // Registered and holding a lease before the first request, if the store
+  // answers; if not, requests read the store until it does.
+  await lease.start();
   const server = serveGuarded(handler, {
     port: config.port,
     hostname: config.hostname,
@@ -86,6 +96,9 @@ export async function serve(): Promise<void> {
   await server.finished;
   Deno.removeSignalListener("SIGTERM", stop);
   Deno.removeSignalListener("SIGINT", stop);
+  // Stops answering from memory, then deregisters: no change waits for a
+  // server that is gone.
+  await lease.stop();
   await lastUsed.close();
   await usage.close();
   await store.close();

@@ -16,6 +16,7 @@ import type { LockoutTracker } from "./lockout.ts";
 import type { UsageRecorder } from "./usage.ts";
 import { connectionRoute } from "./routes/connection.ts";
 import { healthRoutes } from "./routes/health.ts";
+import type { Lease } from "./lease.ts";
 import type { KeyStore } from "./store/types.ts";
 
 export type { Handler } from "./http/router.ts";
@@ -38,6 +39,12 @@ export interface HandlerOptions {
   log?: (fields: Record<string, unknown>) => void;
   /** Receives one line per request. */
   logRequest?: (line: RequestLogLine) => void;
+  /**
+   * This process's lease (lib/lease.ts), started by the caller: requests
+   * are answered from memory while it holds. Without one, every request
+   * waits for a store read, shared with those arriving at the same time.
+   */
+  lease?: Lease;
 }
 
 /** Builds the service's handler over a store. */
@@ -50,6 +57,7 @@ export function createHandler(
     lastUsed: options.lastUsed,
     usage: options.usage,
     log: options.log,
+    lease: options.lease,
   });
   return createRouter([
     connectionRoute({ now: options.now }),

@@ -3,16 +3,16 @@
  *
  * The order is the point: the cheap synchronous format check refuses
  * malformed values before any hashing or store read, and only a well-formed
- * key costs a hash and a strongly consistent lookup.
+ * key costs a hash and a lookup in memory, current by the lease.
  *
  * @module
  */
 
 import { hashApiKey, isWellFormedApiKey } from "./api_key.ts";
 import { expiryMs } from "./store/records.ts";
-import type { KeyRecord, KeyStore } from "./store/types.ts";
-import { Coalesced } from "./_coalesce.ts";
+import type { KeyChanges, KeyRecord, KeyStore } from "./store/types.ts";
 import { KeyIndex } from "./key_index.ts";
+import { Lease } from "./lease.ts";
 
 /**
  * Why a request was not authenticated; never shown to the caller, to whom
@@ -32,43 +32,50 @@ export type AuthResult =
   | { ok: false; reason: "expired"; record: KeyRecord };
 
 interface Cached {
-  record: KeyRecord | null;
-  revision: bigint;
+  record: KeyRecord;
   /** The record's expiresAt, parsed once: the request-time check is one comparison. */
   expires: number;
 }
 
 /**
- * Looks keys up in the store, with a cache that can never serve a revoked key.
+ * Looks keys up, from memory while this process holds its lease, and never
+ * with a record that a change which returned before the request was sent
+ * has replaced.
  *
- * Each cached record carries the store revision it was read at, and the
- * store moves its revision with every change. A cached record is used only
- * after a revision read that started after the request arrived still shows
- * that revision, so nothing changed in between: a revocation that returned
- * before the request was sent, by this process or any other sharing the
- * store, is always seen. The revision read is shared by all requests waiting
- * at that moment, so under load one small read serves many requests.
+ * Cached records and the index of stored hashes are current to the lease's
+ * applied revision: the lease (lib/lease.ts) hands over every batch of
+ * changes, and the records they name are dropped before the batch counts
+ * as applied, and so before this process acknowledges it. While the lease
+ * holds, a request costs a hash and two map lookups. Without it, a request
+ * first waits for a read of the store that started after it arrived (one
+ * read shared by all requests waiting then), as every request did before
+ * leases.
  *
- * Before the cache, an index of every stored hash, current to the same
- * revision, refuses keys that exist nowhere: minting well-formed keys is
+ * The index refuses keys that exist nowhere: minting well-formed keys is
  * free, so they must not cost a store read each.
  */
 export class KeyLookup {
   #store: KeyStore;
   #cache = new Map<string, Cached>();
+  /** Which cached hash belongs to which key id, so a change by id drops it. */
+  #hashes = new Map<number, string>();
   #maxEntries: number;
-  #revision: Coalesced<bigint>;
   #index: KeyIndex;
+  #lease: Lease;
+  /** Moves whenever records are dropped, so a read that raced a drop is not cached. */
+  #drops = 0;
+  #storeReads = 0;
 
-  /** `maxEntries` bounds the cache of records. */
+  /** `maxEntries` bounds the cache of records; `lease` is this process's, if it has one. */
   constructor(
     store: KeyStore,
-    options: { maxEntries?: number; index?: KeyIndex } = {},
+    options: { maxEntries?: number; index?: KeyIndex; lease?: Lease } = {},
   ) {
     this.#store = store;
     this.#maxEntries = options.maxEntries ?? 100_000;
-    this.#revision = new Coalesced(() => store.revision());
     this.#index = options.index ?? new KeyIndex(store);
+    this.#lease = options.lease ?? new Lease(store);
+    this.#lease.subscribe((changes) => this.#apply(changes));
   }
 
   /**
@@ -76,7 +83,12 @@ export class KeyLookup {
    * for it. A failure is left for the first request to meet again.
    */
   async warm(): Promise<void> {
-    await this.#index.catchUp(await this.#revision.get());
+    await this.#lease.catchUp();
+  }
+
+  /** Records read from the store for requests (not counting the lease's own reads). */
+  get storeReads(): number {
+    return this.#storeReads;
   }
 
   /**
@@ -91,13 +103,14 @@ export class KeyLookup {
     // A repeated header arrives folded as "a, b" and fails here too.
     if (!isWellFormedApiKey(header)) return { ok: false, reason: "malformed" };
     const hash = hashApiKey(header);
-    const revision = await this.#revision.get();
+    if (!this.#lease.held) await this.#lease.catchUp();
     // An invented key stops here, at the cost of a hash and a Set lookup.
-    let known = this.#index.mayExist(hash, revision);
+    let known = this.#index.mayExist(hash, this.#lease.applied);
     if (typeof known !== "boolean") known = await known;
     if (!known) return { ok: false, reason: "unknown" };
-    const { record, expires } = await this.#find(hash, revision);
-    if (record === null) return { ok: false, reason: "unknown" };
+    const found = this.#cache.get(hash) ?? await this.#read(hash);
+    if (found === null) return { ok: false, reason: "unknown" };
+    const { record, expires } = found;
     if (record.status !== "valid") return { ok: false, reason: "revoked" };
     // The deadline is checked now, on every request, so no job has to run
     // for a key to stop working on time.
@@ -105,20 +118,41 @@ export class KeyLookup {
     return { ok: true, record };
   }
 
-  async #find(hash: string, revision: bigint): Promise<Cached> {
-    const cached = this.#cache.get(hash);
-    if (cached !== undefined && cached.revision === revision) return cached;
-    // Missing or stale: one snapshot read gives the record and its revision.
-    const read = await this.#store.findByHashAt(hash);
-    const fresh = {
-      ...read,
-      expires: read.record === null ? Infinity : expiryMs(read.record),
-    };
-    this.#cache.delete(hash);
+  async #read(hash: string): Promise<Cached | null> {
+    const drops = this.#drops;
+    this.#storeReads++;
+    // Strongly consistent and begun after the request arrived: current.
+    const { record } = await this.#store.findByHashAt(hash);
+    if (record === null) return null;
+    const fresh = { record, expires: expiryMs(record) };
+    // A batch of changes dropped records while this read was out: it may
+    // predate one of them, so it answers this request only.
+    if (drops !== this.#drops) return fresh;
     if (this.#cache.size >= this.#maxEntries) {
-      this.#cache.delete(this.#cache.keys().next().value!);
+      const oldest = this.#cache.keys().next().value!;
+      this.#hashes.delete(this.#cache.get(oldest)!.record.id);
+      this.#cache.delete(oldest);
     }
     this.#cache.set(hash, fresh);
+    this.#hashes.set(record.id, hash);
     return fresh;
+  }
+
+  /** Drops what `changes` invalidate; the lease counts them applied after. */
+  async #apply(changes: KeyChanges): Promise<void> {
+    // New keys enter the index before their batch counts as applied.
+    await this.#index.catchUp(changes.revision);
+    this.#drops++;
+    if (changes.rebuild) {
+      this.#cache.clear();
+      this.#hashes.clear();
+      return;
+    }
+    for (const id of changes.keyIds) {
+      const hash = this.#hashes.get(id);
+      if (hash === undefined) continue;
+      this.#hashes.delete(id);
+      this.#cache.delete(hash);
+    }
   }
 }

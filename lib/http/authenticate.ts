@@ -4,7 +4,7 @@
  *
  * 1. lock-out: a locked client gets 429 before any hashing or store read;
  * 2. the key's format, then its hash, the index of stored hashes and the
- *    revision-checked lookup (lib/key_lookup.ts);
+ *    lookup, from memory under this process's lease (lib/key_lookup.ts);
  * 3. a failure is counted toward the lock-out, and answered 401 (or 429
  *    when an earlier failure of the same burst locked the client meanwhile);
  * 4. a key used from outside its `allowFrom` is refused exactly as an
@@ -23,6 +23,7 @@ import { lockoutKey } from "../client_address.ts";
 import { DEFAULT_LOCKOUT } from "../config.ts";
 import { type AuthFailure, KeyLookup } from "../key_lookup.ts";
 import type { LastUsedRecorder } from "../last_used.ts";
+import type { Lease } from "../lease.ts";
 import { type LockEvent, LockoutTracker } from "../lockout.ts";
 import { Retirements } from "../retirement.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
@@ -51,6 +52,8 @@ export interface AuthenticatorOptions {
   usage?: UsageRecorder;
   /** Receives a line per lock, per key found exposed in a URL and per use refused by `allowFrom`. */
   log?: (fields: Record<string, unknown>) => void;
+  /** This process's lease, under which keys are looked up from memory. */
+  lease?: Lease;
 }
 
 /** The step, bound to one store. */
@@ -78,7 +81,7 @@ export function createAuthenticator(
   options: AuthenticatorOptions = {},
 ): Authenticator {
   const lockout = options.lockout ?? new LockoutTracker(DEFAULT_LOCKOUT);
-  const lookup = new KeyLookup(store);
+  const lookup = new KeyLookup(store, { lease: options.lease });
   lookup.warm().catch(() => {});
   const { lastUsed, usage, log } = options;
   const retirements = new Retirements(store, {

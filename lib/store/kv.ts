@@ -78,6 +78,9 @@ import type {
   ChangeOptions,
   ExportItem,
   ExposeOptions,
+  InstanceInfo,
+  InstanceRecord,
+  KeyChanges,
   KeyRecord,
   KeyStore,
   NetworkUse,
@@ -102,9 +105,16 @@ const networksKey = (id: number) => ["networks", id] as const;
 const refusedKey = (id: number) => ["refused", id] as const;
 const IMPORTING = ["importing"] as const;
 const IMPORT_REVISION = ["import_revision"] as const;
-/** What survives a wipe, so that revisions only ever grow. */
+const instanceKey = (id: string) => ["instances", id] as const;
+/** Beyond this many changed keys a reader forgets everything instead. */
+const MAX_CHANGES = 1000;
+/**
+ * What survives a wipe, so that revisions only ever grow, and so that the
+ * servers' registrations, which an import waits on, stay.
+ */
 const META_KEYS = new Set<Deno.KvKeyPart>([
   REVISION[0],
+  "instances",
   IMPORTING[0],
   IMPORT_REVISION[0],
 ]);
@@ -788,6 +798,108 @@ export class KvKeyStore implements KeyStore {
     }
   }
 
+  async registerInstance(info: InstanceInfo): Promise<string> {
+    const res = await commitRetrying(
+      this.#kv.atomic().set(instanceKey(info.id), storedInstance(info)),
+    );
+    if (!res.ok) throw new Error("unreachable: an unchecked write conflicted");
+    return res.versionstamp;
+  }
+
+  async renewInstance(
+    info: InstanceInfo,
+    version: string,
+  ): Promise<string | null> {
+    const key = instanceKey(info.id);
+    const res = await commitRetrying(
+      this.#kv.atomic().check({ key, versionstamp: version })
+        .set(key, storedInstance(info)),
+    );
+    return res.ok ? res.versionstamp : null;
+  }
+
+  async pollInstance(
+    id: string,
+  ): Promise<{ revision: bigint; version: string | null }> {
+    const [revision, instance] = await this.#readMany<[Deno.KvU64, unknown]>(
+      [REVISION, instanceKey(id)],
+    );
+    return {
+      revision: revision.value?.value ?? 0n,
+      version: instance.versionstamp,
+    };
+  }
+
+  async instances(): Promise<InstanceRecord[]> {
+    const found: InstanceRecord[] = [];
+    try {
+      for await (
+        const entry of this.#kv.list<StoredInstance>({ prefix: ["instances"] })
+      ) {
+        found.push({
+          ...entry.value,
+          acked: BigInt(entry.value.acked),
+          version: entry.versionstamp,
+        });
+      }
+    } catch (error) {
+      throw unreadable(error);
+    }
+    return found;
+  }
+
+  async removeInstance(
+    id: string,
+    options: { version?: string } = {},
+  ): Promise<boolean> {
+    const key = instanceKey(id);
+    const op = this.#kv.atomic();
+    if (options.version !== undefined) {
+      op.check({ key, versionstamp: options.version });
+    }
+    return (await commitRetrying(op.delete(key))).ok;
+  }
+
+  async changesSince(revision: bigint): Promise<KeyChanges> {
+    const [current, imported] = await this.#readMany<
+      [Deno.KvU64, Deno.KvU64]
+    >([REVISION, IMPORT_REVISION]);
+    const now = current.value?.value ?? 0n;
+    // Ids may have been reused by an import: nothing known before it holds.
+    if (revision < 0n || (imported.value?.value ?? 0n) > revision) {
+      return { revision: now, keyIds: [], rebuild: true };
+    }
+    const keyIds = new Set<number>();
+    try {
+      // Every line up to `now` was committed with its revision bump, so
+      // the list holds every change up to `now`.
+      for await (
+        const entry of this.#kv.list<AuditEntry>({
+          start: auditKey(revision + 1n),
+          end: auditKey(now + 1n),
+        })
+      ) {
+        keyIds.add(entry.value.keyId);
+        if (keyIds.size > MAX_CHANGES) {
+          return { revision: now, keyIds: [], rebuild: true };
+        }
+      }
+    } catch (error) {
+      throw unreadable(error);
+    }
+    return { revision: now, keyIds: [...keyIds], rebuild: false };
+  }
+
+  async #readMany<T extends readonly unknown[]>(
+    keys: readonly [...{ [K in keyof T]: Deno.KvKey }],
+  ): Promise<{ [K in keyof T]: Deno.KvEntryMaybe<T[K]> }> {
+    try {
+      return await this.#kv.getMany<T>(keys, { consistency: "strong" });
+    } catch (error) {
+      throw unreadable(error);
+    }
+  }
+
   close(): Promise<void> {
     this.#kv.close();
     return Promise.resolve();
@@ -849,6 +961,21 @@ export class KvKeyStore implements KeyStore {
 }
 
 const MAX_TRIES = 60;
+
+/** A registration as KV holds it: KV values cannot be bigints. */
+type StoredInstance = Omit<InstanceInfo, "acked"> & { acked: string };
+
+function storedInstance(info: InstanceInfo): StoredInstance {
+  return { ...info, acked: info.acked.toString() };
+}
+
+function unreadable(cause: unknown): StoreUnavailableError {
+  return new StoreUnavailableError(
+    "store_unavailable",
+    "The key store cannot be read",
+    { cause },
+  );
+}
 
 function backoff(tries: number): Promise<void> {
   // Full jitter keeps many writers from waking in step.

@@ -164,11 +164,79 @@ export interface RotateResult {
 }
 
 /**
+ * One server process's registration, which every change waits on: the
+ * revision the process has applied, and how long a lease it takes. The
+ * process answers from memory only while its registration stands.
+ */
+export interface InstanceInfo {
+  /** Random, chosen by the process; a new one after every re-registration. */
+  id: string;
+  /** Where it runs, for the operator who sees it in a wait. */
+  host: string;
+  pid: number;
+  startedAt: string;
+  /** How long one lease lasts; a change waits at most this for the process. */
+  leaseMs: number;
+  /** Every change up to this revision has been applied by the process. */
+  acked: bigint;
+}
+
+/** A registration as stored, with the version that moves on every write of it. */
+export interface InstanceRecord extends InstanceInfo {
+  version: string;
+}
+
+/** What changed after a revision: the keys to forget, or everything. */
+export interface KeyChanges {
+  /** The revision the answer is current to. */
+  revision: bigint;
+  /** Keys whose records changed (or were created) after the asked revision. */
+  keyIds: number[];
+  /** True when the keys cannot be told (an import, or too many): forget all. */
+  rebuild: boolean;
+}
+
+/**
+ * Where server processes register and acknowledge changes (see
+ * docs/design.md, "Leases"). Writes of a registration are conditional on
+ * its version, so a registration that a change gave up on and removed can
+ * never be renewed: the process must register afresh, and read again.
+ */
+export interface InstanceRegistry {
+  /** Stores a new registration; returns its version. */
+  registerInstance(info: InstanceInfo): Promise<string>;
+  /**
+   * Rewrites a registration (a new `acked`) if it is still at `version`;
+   * returns the new version, or null when it was removed or changed.
+   */
+  renewInstance(info: InstanceInfo, version: string): Promise<string | null>;
+  /**
+   * The store's revision and this registration's version (null: gone),
+   * in one consistent read.
+   */
+  pollInstance(
+    id: string,
+  ): Promise<{ revision: bigint; version: string | null }>;
+  /** Every registration. */
+  instances(): Promise<InstanceRecord[]>;
+  /** Removes a registration, only if still at `version` when one is given. */
+  removeInstance(id: string, options?: { version?: string }): Promise<boolean>;
+  /** Which keys changed after `revision`, read from the audit log. */
+  changesSince(revision: bigint): Promise<KeyChanges>;
+  /**
+   * Calls `listener` soon after any change, when the store can push (the
+   * PostgreSQL store listens); a hint only, as a notice may be lost.
+   * Returns the function that stops listening.
+   */
+  onChange?(listener: () => void): Promise<() => Promise<void>>;
+}
+
+/**
  * The store contract. Every change is atomic (the whole change and its audit
  * line, or nothing) and every read is strongly consistent, so a revocation
  * holds for the very next request in every process sharing the store.
  */
-export interface KeyStore {
+export interface KeyStore extends InstanceRegistry {
   /** The record whose hash matches, valid or revoked; null when none. */
   findByHash(hash: string): Promise<KeyRecord | null>;
   /** The record with this id, valid or revoked; null when none. */

@@ -12,6 +12,8 @@
  * - `audit`: one row per change, keyed by the revision it produced.
  * - `last_used`: when a key last authenticated, apart from `keys` so that it
  *   neither moves the revision nor waits on the `meta` lock.
+ * - `instances`: one row per running server: the revision it has applied
+ *   and its lease (docs/design.md, "Leases"); `version` moves on each write.
  * - `key_usage`: per key, the networks it was used from and the uses refused
  *   for coming from outside `keys.allow_from`, apart from `keys` like
  *   `last_used` (only a network's first use, being audited, takes `meta`).
@@ -119,6 +121,28 @@ const MIGRATIONS: readonly string[] = [
   ALTER TABLE audit ADD CONSTRAINT audit_action_check
     CHECK (action IN ('create', 'revoke', 'rotate', 'expose', 'import',
       'allow_from', 'network'));
+  `,
+  // 4: the servers' registrations, which every change waits on, and a
+  // notice at every revision, so that they need not poll to hear of one.
+  `
+  CREATE TABLE instances (
+    id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    started_at timestamptz NOT NULL,
+    lease_ms integer NOT NULL CHECK (lease_ms > 0),
+    acked bigint NOT NULL,
+    version bigint NOT NULL DEFAULT 1
+  );
+  CREATE FUNCTION notify_key_change() RETURNS trigger LANGUAGE plpgsql AS $fn$
+  BEGIN
+    PERFORM pg_notify('key_store_changes', NEW.revision::text);
+    RETURN NULL;
+  END
+  $fn$;
+  CREATE TRIGGER meta_revision_notice AFTER UPDATE OF revision ON meta
+    FOR EACH ROW WHEN (NEW.revision IS DISTINCT FROM OLD.revision)
+    EXECUTE FUNCTION notify_key_change();
   `,
 ];
 

@@ -53,6 +53,9 @@ import type {
   ChangeOptions,
   ExportItem,
   ExposeOptions,
+  InstanceInfo,
+  InstanceRecord,
+  KeyChanges,
   KeyRecord,
   KeyStatus,
   KeyStore,
@@ -80,6 +83,8 @@ import { migrateWith, SchemaVersionError } from "./schema.ts";
 const BATCH = 500;
 /** Rows per statement when streaming ids and hashes for an index. */
 const HASH_BATCH = 5000;
+/** Beyond this many changed keys a reader forgets everything instead. */
+const MAX_CHANGES = 1000;
 type Tx = postgres.TransactionSql;
 
 interface KeyRow {
@@ -573,6 +578,123 @@ export class PostgresKeyStore implements KeyStore {
         });
         return { keys: counts.keys, audit: counts.audit };
       }) as Promise<{ keys: number; audit: number }>, { timeoutMs: null });
+  }
+
+  async registerInstance(info: InstanceInfo): Promise<string> {
+    const [row] = await this.#pool.call(() =>
+      this.#sql<{ version: string }[]>`
+        INSERT INTO instances (id, host, pid, started_at, lease_ms, acked)
+        VALUES (${info.id}, ${info.host}, ${info.pid}, ${info.startedAt},
+          ${info.leaseMs}, ${info.acked.toString()})
+        RETURNING version`
+    );
+    return row.version;
+  }
+
+  async renewInstance(
+    info: InstanceInfo,
+    version: string,
+  ): Promise<string | null> {
+    const rows = await this.#pool.call(() =>
+      this.#sql<{ version: string }[]>`
+        UPDATE instances SET acked = ${info.acked.toString()},
+          lease_ms = ${info.leaseMs}, version = version + 1
+        WHERE id = ${info.id} AND version = ${version}
+        RETURNING version`
+    );
+    return rows.length === 0 ? null : rows[0].version;
+  }
+
+  async pollInstance(
+    id: string,
+  ): Promise<{ revision: bigint; version: string | null }> {
+    // One statement, one snapshot.
+    const [row] = await this.#pool.read(() =>
+      this.#sql<{ revision: string; version: string | null }[]>`
+        SELECT m.revision,
+          (SELECT version FROM instances WHERE id = ${id}) AS version
+        FROM meta m`
+    );
+    return { revision: BigInt(row.revision), version: row.version };
+  }
+
+  async instances(): Promise<InstanceRecord[]> {
+    const rows = await this.#pool.call(() =>
+      this.#sql<
+        {
+          id: string;
+          host: string;
+          pid: number;
+          started_at: Date;
+          lease_ms: number;
+          acked: string;
+          version: string;
+        }[]
+      >`SELECT * FROM instances ORDER BY started_at, id`
+    );
+    return rows.map((row) => ({
+      id: row.id,
+      host: row.host,
+      pid: row.pid,
+      startedAt: row.started_at.toISOString(),
+      leaseMs: row.lease_ms,
+      acked: BigInt(row.acked),
+      version: row.version,
+    }));
+  }
+
+  async removeInstance(
+    id: string,
+    options: { version?: string } = {},
+  ): Promise<boolean> {
+    const rows = await this.#pool.call(() =>
+      options.version === undefined
+        ? this.#sql`DELETE FROM instances WHERE id = ${id} RETURNING id`
+        : this.#sql`
+          DELETE FROM instances WHERE id = ${id} AND version = ${options.version}
+          RETURNING id`
+    );
+    return rows.length > 0;
+  }
+
+  async changesSince(revision: bigint): Promise<KeyChanges> {
+    const after = revision < 0n ? "-1" : revision.toString();
+    // One statement, one snapshot: every line up to the revision read.
+    const [row] = await this.#pool.read(() =>
+      this.#sql<
+        {
+          revision: string;
+          key_ids: string[];
+          lines: string;
+          imported: boolean;
+        }[]
+      >`
+        SELECT m.revision,
+          coalesce(array_agg(DISTINCT c.key_id) FILTER (WHERE c.key_id IS NOT NULL), '{}') AS key_ids,
+          count(c.key_id) AS lines,
+          coalesce(bool_or(c.key_id = 0 AND c.action = 'import'), false) AS imported
+        FROM meta m
+        LEFT JOIN LATERAL (
+          SELECT key_id, action FROM audit
+          WHERE seq > ${after} AND seq <= m.revision
+          ORDER BY seq LIMIT ${MAX_CHANGES + 1}
+        ) c ON true
+        GROUP BY m.revision`
+    );
+    const now = BigInt(row.revision);
+    if (revision < 0n || row.imported || Number(row.lines) > MAX_CHANGES) {
+      return { revision: now, keyIds: [], rebuild: true };
+    }
+    return { revision: now, keyIds: row.key_ids.map(Number), rebuild: false };
+  }
+
+  async onChange(listener: () => void): Promise<() => Promise<void>> {
+    // The driver keeps one connection for it and listens again after a
+    // reconnect; a notice lost meanwhile is made up by the servers' polls.
+    const { unlisten } = await this.#pool.call(() =>
+      this.#sql.listen("key_store_changes", () => listener())
+    );
+    return unlisten;
   }
 
   async close(): Promise<void> {

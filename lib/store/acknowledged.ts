@@ -1,0 +1,155 @@
+/**
+ * The writer's half of the lease protocol (lib/lease.ts): a change returns
+ * only once every registered server has acknowledged it, or that server's
+ * lease has run out, so that no request sent afterwards is answered with
+ * what the change replaced.
+ *
+ * {@linkcode acknowledged} wraps a store so that every change that can
+ * alter what authenticates waits; nothing that writes to the store can
+ * forget to.
+ *
+ * @module
+ */
+
+import { LEASE_MS } from "../lease.ts";
+import type { InstanceRecord, KeyStore } from "./types.ts";
+
+/** The store changes that alter what authenticates, and so wait. */
+const WAITING_CHANGES: ReadonlySet<PropertyKey> = new Set([
+  "create",
+  "revoke",
+  "rotate",
+  "retire",
+  "setAllowFrom",
+  "importAll",
+  "abortImport",
+]);
+
+/**
+ * Added to a lease before a change gives up on a server: monotonic clocks
+ * of two processes agree on a duration within far less.
+ */
+const LEASE_MARGIN_MS = 50;
+
+/** A server that did not acknowledge, and whose lease ran out instead. */
+export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid">;
+
+/** How a wait went, for progress lines and the benchmark. */
+export interface AcknowledgeReport {
+  /** The revision every server now knows or no longer vouches for. */
+  revision: bigint;
+  /** Milliseconds from the change's return to the end of the wait. */
+  waitedMs: number;
+  /** The servers waited for. */
+  servers: number;
+  /** Those whose lease ran out rather than acknowledge. */
+  lapsed: Lapsed[];
+}
+
+/** Options of {@linkcode acknowledged} and {@linkcode awaitAcknowledgement}. */
+export interface AcknowledgeOptions {
+  /** Called once when a wait has lasted 250 ms, with the servers still owing. */
+  onWait?: (pending: Lapsed[], leaseMs: number) => void;
+  /** Called after every wait. */
+  onAcknowledged?: (report: AcknowledgeReport) => void;
+  /** Called right after a change commits, before the wait: e.g. to poke this process's own lease. */
+  onCommitted?: () => void;
+}
+
+/** The store, whose changes that alter what authenticates wait for every server. */
+export function acknowledged(
+  store: KeyStore,
+  options: AcknowledgeOptions = {},
+): KeyStore {
+  return new Proxy(store, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target);
+      if (typeof value !== "function") return value;
+      if (!WAITING_CHANGES.has(property)) return value.bind(target);
+      return async (...args: unknown[]) => {
+        const result = await value.apply(target, args);
+        options.onCommitted?.();
+        await awaitAcknowledgement(target, options);
+        return result;
+      };
+    },
+  });
+}
+
+/**
+ * Waits until every registered server has applied the store's current
+ * revision, or its lease has run out. Call it after a change has returned:
+ * every lease resting on a read that began before the change ends within a
+ * lease's length of that moment, so the wait is bounded even when the store
+ * cannot be read meanwhile.
+ */
+export async function awaitAcknowledgement(
+  store: Pick<KeyStore, "revision" | "instances" | "removeInstance">,
+  options: AcknowledgeOptions = {},
+): Promise<AcknowledgeReport> {
+  const returned = performance.now();
+  let revision: bigint | null = null;
+  let longest = LEASE_MS;
+  const waitedFor = new Set<string>();
+  const lapsed: Lapsed[] = [];
+  /** When each registration was first seen at its current version. */
+  const seen = new Map<string, { version: string; since: number }>();
+  let told = false;
+  let owing: InstanceRecord[] = [];
+  const report = (): AcknowledgeReport => {
+    const done = {
+      revision: revision ?? -1n,
+      waitedMs: performance.now() - returned,
+      servers: waitedFor.size,
+      lapsed,
+    };
+    options.onAcknowledged?.(done);
+    return done;
+  };
+  for (let delay = 2;; delay = Math.min(delay * 2, 50)) {
+    try {
+      revision ??= await store.revision();
+      const registrations = await store.instances();
+      // After the read: a version seen now was written before this moment.
+      const now = performance.now();
+      const pending: InstanceRecord[] = [];
+      for (const instance of registrations) {
+        if (instance.acked >= revision) continue;
+        waitedFor.add(instance.id);
+        longest = Math.max(longest, instance.leaseMs);
+        const before = seen.get(instance.id);
+        if (before === undefined || before.version !== instance.version) {
+          seen.set(instance.id, { version: instance.version, since: now });
+          pending.push(instance);
+        } else if (now - before.since >= instance.leaseMs + LEASE_MARGIN_MS) {
+          // Not renewed for a whole lease: any lease it holds rests on a
+          // read older than that, so it has run out. Removed only at this
+          // version, so that the server, if alive, must register afresh and
+          // read the store before it answers from memory again.
+          await store.removeInstance(instance.id, { version: instance.version })
+            .catch(() => {});
+          lapsed.push(describe(instance));
+        } else {
+          pending.push(instance);
+        }
+      }
+      owing = pending;
+      if (pending.length === 0) return report();
+      if (!told && now - returned >= 250) {
+        told = true;
+        options.onWait?.(pending.map(describe), longest);
+      }
+    } catch {
+      // The store cannot be read: the deadline below still holds.
+    }
+    if (performance.now() - returned >= longest + LEASE_MARGIN_MS) {
+      lapsed.push(...owing.map(describe));
+      return report();
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay));
+  }
+}
+
+function describe(instance: InstanceRecord): Lapsed {
+  return { id: instance.id, host: instance.host, pid: instance.pid };
+}
