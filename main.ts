@@ -20,6 +20,7 @@ import {
 import { JsonLog } from "./lib/log.ts";
 import { serveGuarded, ServeUnsupportedError } from "./lib/serve.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
+import { counted } from "./lib/store/counted.ts";
 import { openStore } from "./lib/store/open.ts";
 import { UsageRecorder } from "./lib/usage.ts";
 
@@ -39,11 +40,16 @@ export async function serve(): Promise<void> {
     cert: await Deno.readTextFile(config.tls.certFile),
     key: await Deno.readTextFile(config.tls.keyFile),
   };
-  const opened = await openStore(config.store);
-  const lease = new Lease(opened, { log: (fields) => log.write(fields) });
+  // Counted, so that what the traffic costs the store can be seen.
+  const opened = counted(await openStore(config.store));
+  const lease = new Lease(opened.store, {
+    log: (fields) => log.write(fields),
+  });
   // A change this server makes (a retirement) waits for every server's
   // acknowledgement, its own included, which the poke hurries.
-  const store = acknowledged(opened, { onCommitted: () => lease.poke() });
+  const store = acknowledged(opened.store, {
+    onCommitted: () => lease.poke(),
+  });
   const lastUsed = new LastUsedRecorder(store);
   const usage = new UsageRecorder(store, {
     log: (fields) => log.write(fields),
@@ -102,7 +108,7 @@ export async function serve(): Promise<void> {
   await lastUsed.close();
   await usage.close();
   await store.close();
-  log.write({ msg: "stopped" });
+  log.write({ msg: "stopped", storeCalls: opened.counts() });
   log.flush();
   // A stalled log reader must not keep a stopping server alive for ever.
   let timer: ReturnType<typeof setTimeout> | undefined;
