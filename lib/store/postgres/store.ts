@@ -664,13 +664,13 @@ export class PostgresKeyStore implements KeyStore {
       this.#sql<
         {
           revision: string;
-          key_ids: string[];
+          key_ids: string;
           lines: string;
           imported: boolean;
         }[]
       >`
         SELECT m.revision,
-          coalesce(array_agg(DISTINCT c.key_id) FILTER (WHERE c.key_id IS NOT NULL), '{}') AS key_ids,
+          coalesce(string_agg(DISTINCT c.key_id::text, ','), '') AS key_ids,
           count(c.key_id) AS lines,
           coalesce(bool_or(c.key_id = 0 AND c.action = 'import'), false) AS imported
         FROM meta m
@@ -685,7 +685,9 @@ export class PostgresKeyStore implements KeyStore {
     if (revision < 0n || row.imported || Number(row.lines) > MAX_CHANGES) {
       return { revision: now, keyIds: [], rebuild: true };
     }
-    return { revision: now, keyIds: row.key_ids.map(Number), rebuild: false };
+    // A list in text: the driver is told no array types (fetch_types: false).
+    const keyIds = row.key_ids === "" ? [] : row.key_ids.split(",").map(Number);
+    return { revision: now, keyIds, rebuild: false };
   }
 
   async onChange(listener: () => void): Promise<() => Promise<void>> {
