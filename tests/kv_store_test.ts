@@ -1,11 +1,29 @@
 import assert from "node:assert/strict";
-import { openKvStore, REVISION } from "../lib/store/kv.ts";
+import { type KvKeyStore, openKvStore, REVISION } from "../lib/store/kv.ts";
+import { leaseContract } from "./support/lease_contract.ts";
 import { storeContract } from "./support/store_contract.ts";
 import { storeKey } from "./support/stored_keys.ts";
 
 storeContract("kv store", async () => {
   const store = await openKvStore(":memory:");
   return Object.assign(store, { [Symbol.asyncDispose]: () => store.close() });
+});
+
+// One KV file opened by each "server" separately, as processes do.
+leaseContract("kv store", async () => {
+  const dir = await Deno.makeTempDir();
+  const opened: KvKeyStore[] = [];
+  return {
+    async open() {
+      const store = await openKvStore(`${dir}/keys.db`);
+      opened.push(store);
+      return store;
+    },
+    async [Symbol.asyncDispose]() {
+      for (const store of opened) await store.close().catch(() => {});
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
 });
 
 Deno.test("kv store: a store file reopened keeps valid keys valid and revoked keys revoked", async () => {

@@ -13,6 +13,8 @@ import {
   SchemaVersionError,
 } from "../lib/store/postgres/schema.ts";
 import { openPostgresStore } from "../lib/store/postgres/store.ts";
+import type { KeyStore } from "../lib/store/types.ts";
+import { leaseContract } from "./support/lease_contract.ts";
 import { storeContract } from "./support/store_contract.ts";
 import {
   freshDatabase,
@@ -35,6 +37,24 @@ registerWithDatabase(() =>
       await database[Symbol.asyncDispose]();
       throw error;
     }
+  })
+);
+
+registerWithDatabase(() =>
+  leaseContract("postgres store", async () => {
+    const database = await freshDatabase();
+    const opened: KeyStore[] = [];
+    return {
+      async open() {
+        const store = await openPostgresStore(database.url);
+        opened.push(store);
+        return store;
+      },
+      async [Symbol.asyncDispose]() {
+        for (const store of opened) await store.close().catch(() => {});
+        await database[Symbol.asyncDispose]();
+      },
+    };
   })
 );
 

@@ -176,6 +176,7 @@ export async function openKvStore(path: string): Promise<KvKeyStore> {
 /** {@linkcode KeyStore} on Deno KV. */
 export class KvKeyStore implements KeyStore {
   #kv: Deno.Kv;
+  #closed = false;
 
   constructor(kv: Deno.Kv) {
     this.#kv = kv;
@@ -901,6 +902,9 @@ export class KvKeyStore implements KeyStore {
   }
 
   close(): Promise<void> {
+    // Closing twice is harmless, as with the PostgreSQL store.
+    if (this.#closed) return Promise.resolve();
+    this.#closed = true;
     this.#kv.close();
     return Promise.resolve();
   }

@@ -1,0 +1,399 @@
+/**
+ * The lease protocol (lib/lease.ts, lib/store/acknowledged.ts) against each
+ * real store: the registry's conditional writes, the change feed, and
+ * servers in one process that answer from memory yet never accept a key
+ * after the change that refused it returned.
+ */
+
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { generateApiKey } from "../../lib/api_key.ts";
+import { KeyLookup } from "../../lib/key_lookup.ts";
+import { Lease } from "../../lib/lease.ts";
+import {
+  acknowledged,
+  type AcknowledgeReport,
+} from "../../lib/store/acknowledged.ts";
+import type { InstanceInfo, KeyStore } from "../../lib/store/types.ts";
+
+/**
+ * Opens stores on one shared backing store, as separate processes would;
+ * disposing it closes them all and removes the backing store.
+ */
+export type OpenShared = () => Promise<
+  { open(): Promise<KeyStore> } & AsyncDisposable
+>;
+
+const ACTOR = "tester@host";
+
+function input(name: string) {
+  const fresh = generateApiKey();
+  return {
+    key: fresh.key,
+    input: {
+      name,
+      email: `${name}@example.com`,
+      hash: fresh.hash,
+      hint: fresh.hint,
+    },
+  };
+}
+
+function info(id: string, leaseMs = 3000): InstanceInfo {
+  return {
+    id,
+    host: "test",
+    pid: 1,
+    startedAt: new Date().toISOString(),
+    leaseMs,
+    acked: -1n,
+  };
+}
+
+/** Counts calls by method, passing them on. */
+function counting(store: KeyStore) {
+  const counts = new Map<string, number>();
+  const wrapped = new Proxy(store, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target);
+      if (typeof value !== "function" || typeof property !== "string") {
+        return value;
+      }
+      return (...args: unknown[]) => {
+        counts.set(property, (counts.get(property) ?? 0) + 1);
+        return value.apply(target, args);
+      };
+    },
+  });
+  return { store: wrapped, count: (method: string) => counts.get(method) ?? 0 };
+}
+
+/** A server's lookup in this process: its own store connection and lease. */
+async function server(
+  shared: { open(): Promise<KeyStore> },
+  options: { leaseMs?: number; pollMs?: number } = {},
+) {
+  const counted = counting(await shared.open());
+  const lease = new Lease(counted.store, { pollMs: 5, ...options });
+  const lookup = new KeyLookup(counted.store, { lease });
+  await lease.start();
+  return {
+    lease,
+    lookup,
+    count: counted.count,
+    async [Symbol.asyncDispose]() {
+      await lease.stop();
+      await counted.store.close();
+    },
+  };
+}
+
+async function until(what: string, done: () => boolean, ms = 5000) {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`Timed out waiting: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** Registers the lease tests for one store. */
+export function leaseContract(label: string, openShared: OpenShared): void {
+  const test = (
+    name: string,
+    fn: (shared: { open(): Promise<KeyStore> }) => Promise<void>,
+  ) =>
+    Deno.test(`${label}: ${name}`, async () => {
+      await using shared = await openShared();
+      await fn(shared);
+    });
+
+  test("a registration is renewed only at its current version and removed only at it", async (shared) => {
+    const store = await shared.open();
+    try {
+      const first = await store.registerInstance(info("a"));
+      assert.equal((await store.pollInstance("a")).version, first);
+      const second = await store.renewInstance(
+        { ...info("a"), acked: 7n },
+        first,
+      );
+      assert.ok(second !== null && second !== first);
+      // A writer that saw the old version cannot renew or remove it.
+      assert.equal(await store.renewInstance(info("a"), first), null);
+      assert.equal(await store.removeInstance("a", { version: first }), false);
+      assert.equal((await store.instances())[0].acked, 7n);
+      assert.equal(await store.removeInstance("a", { version: second! }), true);
+      assert.equal((await store.pollInstance("a")).version, null);
+      // Removed, it can never be renewed: the server must register afresh.
+      assert.equal(await store.renewInstance(info("a"), second!), null);
+      assert.deepEqual(await store.instances(), []);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test("changesSince() names every key changed after a revision, and asks for a rebuild from -1", async (shared) => {
+    const store = await shared.open();
+    try {
+      const a = await store.create(input("a").input, { actor: ACTOR });
+      const after = await store.revision();
+      const b = await store.create(input("b").input, { actor: ACTOR });
+      await store.revoke(a.id, { actor: ACTOR });
+      const changes = await store.changesSince(after);
+      assert.equal(changes.rebuild, false);
+      assert.equal(changes.revision, await store.revision());
+      assert.deepEqual([...changes.keyIds].sort(), [a.id, b.id].sort());
+      assert.deepEqual(
+        (await store.changesSince(changes.revision)).keyIds,
+        [],
+      );
+      assert.equal((await store.changesSince(-1n)).rebuild, true);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test("changesSince() asks for a rebuild across an import, as ids may be reused", async (shared) => {
+    const store = await shared.open();
+    try {
+      const before = await store.revision();
+      const { input: record } = input("imported");
+      await store.importAll(
+        (async function* () {
+          yield {
+            type: "key" as const,
+            record: {
+              id: 1,
+              ...record,
+              status: "valid" as const,
+              createdAt: new Date().toISOString(),
+              revokedAt: null,
+              revokedReason: null,
+              exposedAt: null,
+              exposedFrom: null,
+              lastUsedAt: null,
+              expiresAt: null,
+              replacedBy: null,
+              retires: null,
+              allowFrom: null,
+              networks: [],
+              refusedUses: [],
+            },
+          };
+        })(),
+        { actor: ACTOR },
+      );
+      assert.equal((await store.changesSince(before)).rebuild, true);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test("a server holding its lease answers known keys with no store read", async (shared) => {
+    const admin = acknowledged(await shared.open());
+    try {
+      const a = input("a");
+      await admin.create(a.input, { actor: ACTOR });
+      await using one = await server(shared);
+      assert.equal((await one.lookup.authenticate(a.key)).ok, true);
+      const reads = one.count("findByHashAt");
+      const polls = one.count("pollInstance");
+      for (let i = 0; i < 500; i++) {
+        assert.equal((await one.lookup.authenticate(a.key)).ok, true);
+        // Invented keys too: the index refuses them from memory.
+        assert.equal(
+          (await one.lookup.authenticate(generateApiKey().key)).ok,
+          false,
+        );
+      }
+      assert.equal(one.count("findByHashAt"), reads);
+      assert.equal(one.lookup.storeReads, reads);
+      // The lease's own polls follow time, not requests.
+      assert.ok(one.count("pollInstance") - polls < 500);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("revoke() through the acknowledged store is refused by every server on the next request", async (shared) => {
+    const admin = acknowledged(await shared.open());
+    try {
+      const a = input("a");
+      const record = await admin.create(a.input, { actor: ACTOR });
+      await using one = await server(shared);
+      await using two = await server(shared);
+      for (const s of [one, two]) {
+        assert.equal((await s.lookup.authenticate(a.key)).ok, true);
+      }
+      await admin.revoke(record.id, { actor: ACTOR });
+      for (const s of [one, two]) {
+        assert.ok(s.lease.held, "the lease still holds: memory answers");
+        const result = await s.lookup.authenticate(a.key);
+        assert.deepEqual(result, { ok: false, reason: "revoked" });
+      }
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("a key created through the acknowledged store works on every server at once", async (shared) => {
+    const admin = acknowledged(await shared.open());
+    try {
+      await using one = await server(shared);
+      await using two = await server(shared);
+      const a = input("a");
+      await admin.create(a.input, { actor: ACTOR });
+      for (const s of [one, two]) {
+        assert.equal((await s.lookup.authenticate(a.key)).ok, true);
+      }
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("a server past its lease reads the store before it answers", async (shared) => {
+    const admin = await shared.open();
+    try {
+      const a = input("a");
+      await admin.create(a.input, { actor: ACTOR });
+      // Polls far apart: the lease runs out between them.
+      await using one = await server(shared, { leaseMs: 60, pollMs: 60_000 });
+      assert.equal((await one.lookup.authenticate(a.key)).ok, true);
+      await until("the lease ends", () => !one.lease.held);
+      const polls = one.count("pollInstance");
+      // Revoked behind the lease's back (no acknowledgement asked): the
+      // read that the lapsed lease forces still sees it.
+      const record = (await admin.findByHash(a.input.hash))!;
+      await admin.revoke(record.id, { actor: ACTOR });
+      assert.deepEqual(await one.lookup.authenticate(a.key), {
+        ok: false,
+        reason: "revoked",
+      });
+      // It read (a notice of the revoke may have made it read once more).
+      assert.ok(one.count("pollInstance") > polls);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("a change waits at most a lease for a server that does not acknowledge, then removes its registration", async (shared) => {
+    const raw = await shared.open();
+    let report: AcknowledgeReport | undefined;
+    const admin = acknowledged(raw, { onAcknowledged: (r) => report = r });
+    try {
+      // Registered, then silent: as a server frozen with SIGSTOP.
+      await raw.registerInstance(info("frozen", 300));
+      const started = performance.now();
+      await admin.create(input("a").input, { actor: ACTOR });
+      const waited = performance.now() - started;
+      assert.ok(waited >= 300, `returned after ${waited} ms`);
+      assert.ok(waited < 300 + 1000, `returned after ${waited} ms`);
+      assert.deepEqual(report!.lapsed.map((s) => s.id), ["frozen"]);
+      assert.deepEqual(await raw.instances(), []);
+      // The next change does not wait for it again.
+      const next = performance.now();
+      await admin.create(input("b").input, { actor: ACTOR });
+      assert.ok(performance.now() - next < 300);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("a server whose registration was removed drops its lease and registers afresh before it answers from memory", async (shared) => {
+    const admin = await shared.open();
+    try {
+      await using one = await server(shared);
+      const first = one.lease.id!;
+      assert.ok(one.lease.held);
+      assert.equal(await admin.removeInstance(first), true);
+      await until("registered afresh", () => one.lease.id !== first);
+      await until("held again", () => one.lease.held);
+      assert.equal(
+        (await admin.instances()).some((s) => s.id === one.lease.id),
+        true,
+      );
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("a stopped server removes its registration, so no change waits for it", async (shared) => {
+    const admin = await shared.open();
+    try {
+      const one = await server(shared);
+      assert.equal((await admin.instances()).length, 1);
+      await one[Symbol.asyncDispose]();
+      assert.deepEqual(await admin.instances(), []);
+      assert.equal(one.lease.held, false);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("model: whatever the order of creates, revokes, rotations and requests on two servers, each answers as the store does once a change returned", async (shared) => {
+    const admin = acknowledged(await shared.open());
+    await using one = await server(shared);
+    await using two = await server(shared);
+    const servers = [one, two];
+    let counter = 0;
+    try {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(
+            fc.oneof(
+              fc.constant({ op: "create" as const }),
+              fc.record({ op: fc.constant("revoke" as const), pick: fc.nat() }),
+              fc.record({ op: fc.constant("rotate" as const), pick: fc.nat() }),
+              fc.record({
+                op: fc.constant("ask" as const),
+                pick: fc.nat(),
+                server: fc.integer({ min: 0, max: 1 }),
+              }),
+            ),
+            { minLength: 1, maxLength: 12 },
+          ),
+          async (commands) => {
+            // The model: every key made in this run and whether it is valid.
+            const keys: { key: string; id: number; valid: boolean }[] = [];
+            for (const command of commands) {
+              if (command.op === "create") {
+                const made = input(`k${++counter}`);
+                const record = await admin.create(made.input, {
+                  actor: ACTOR,
+                });
+                keys.push({ key: made.key, id: record.id, valid: true });
+                continue;
+              }
+              if (keys.length === 0) continue;
+              const target = keys[command.pick % keys.length];
+              if (command.op === "ask") {
+                const result = await servers[command.server].lookup
+                  .authenticate(target.key);
+                assert.equal(result.ok, target.valid);
+              } else if (target.valid && command.op === "revoke") {
+                await admin.revoke(target.id, { actor: ACTOR });
+                target.valid = false;
+              } else if (target.valid && command.op === "rotate") {
+                const made = generateApiKey();
+                const { created } = await admin.rotate(target.id, {
+                  hash: made.hash,
+                  hint: made.hint,
+                }, { actor: ACTOR });
+                target.valid = false;
+                keys.push({ key: made.key, id: created.id, valid: true });
+              }
+            }
+            // After the run, every key on both servers, as the model says.
+            for (const s of servers) {
+              for (const k of keys) {
+                assert.equal((await s.lookup.authenticate(k.key)).ok, k.valid);
+              }
+            }
+          },
+        ),
+        { numRuns: 25 },
+      );
+    } finally {
+      await admin.close();
+    }
+  });
+}
