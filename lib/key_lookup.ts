@@ -65,6 +65,8 @@ export class KeyLookup {
   /** Moves whenever records are dropped, so a read that raced a drop is not cached. */
   #drops = 0;
   #storeReads = 0;
+  /** Reads under way, by hash, with the drop count when each began. */
+  #pending = new Map<string, { drops: number; read: Promise<Cached | null> }>();
 
   /** `maxEntries` bounds the cache of records; `lease` is this process's, if it has one. */
   constructor(
@@ -118,7 +120,25 @@ export class KeyLookup {
     return { ok: true, record };
   }
 
-  async #read(hash: string): Promise<Cached | null> {
+  #read(hash: string): Promise<Cached | null> {
+    // Requests for one key that miss together share one read, but only a
+    // read begun since the last drop: an older one may predate a change
+    // this process has acknowledged.
+    const pending = this.#pending.get(hash);
+    if (pending !== undefined && pending.drops === this.#drops) {
+      return pending.read;
+    }
+    const read = this.#readStore(hash);
+    const entry = { drops: this.#drops, read };
+    this.#pending.set(hash, entry);
+    const done = () => {
+      if (this.#pending.get(hash) === entry) this.#pending.delete(hash);
+    };
+    read.then(done, done);
+    return read;
+  }
+
+  async #readStore(hash: string): Promise<Cached | null> {
     const drops = this.#drops;
     this.#storeReads++;
     // Strongly consistent and begun after the request arrived: current.

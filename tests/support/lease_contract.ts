@@ -214,6 +214,22 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     }
   });
 
+  test("requests for one key that miss the cache together cost one store read", async (shared) => {
+    const admin = await shared.open();
+    try {
+      const a = input("a");
+      await admin.create(a.input, { actor: ACTOR });
+      await using one = await server(shared);
+      const results = await Promise.all(
+        Array.from({ length: 32 }, () => one.lookup.authenticate(a.key)),
+      );
+      assert.ok(results.every((result) => result.ok));
+      assert.equal(one.count("findByHashAt"), 1);
+    } finally {
+      await admin.close();
+    }
+  });
+
   test("revoke() through the acknowledged store is refused by every server on the next request", async (shared) => {
     const admin = acknowledged(await shared.open());
     try {
