@@ -109,6 +109,11 @@ const instanceKey = (id: string) => ["instances", id] as const;
 /** Beyond this many changed keys a reader forgets everything instead. */
 const MAX_CHANGES = 1000;
 /**
+ * Audited changes that alter nothing a request reads (a first use from a
+ * network, a key seen in a URL): a server keeps its cached record.
+ */
+const QUIET_ACTIONS: ReadonlySet<string> = new Set(["network", "expose"]);
+/**
  * What survives a wipe, so that revisions only ever grow, and so that the
  * servers' registrations, which an import waits on, stay.
  */
@@ -880,6 +885,7 @@ export class KvKeyStore implements KeyStore {
           end: auditKey(now + 1n),
         })
       ) {
+        if (QUIET_ACTIONS.has(entry.value.action)) continue;
         keyIds.add(entry.value.keyId);
         if (keyIds.size > MAX_CHANGES) {
           return { revision: now, keyIds: [], rebuild: true };

@@ -221,7 +221,11 @@ export interface InstanceRegistry {
   instances(): Promise<InstanceRecord[]>;
   /** Removes a registration, only if still at `version` when one is given. */
   removeInstance(id: string, options?: { version?: string }): Promise<boolean>;
-  /** Which keys changed after `revision`, read from the audit log. */
+  /**
+   * Which keys changed after `revision`, read from the audit log; a first
+   * use from a network and an exposure in a URL alter nothing a request
+   * reads, so they are left out.
+   */
   changesSince(revision: bigint): Promise<KeyChanges>;
   /**
    * Calls `listener` soon after any change, when the store can push (the

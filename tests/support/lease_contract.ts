@@ -152,6 +152,25 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     }
   });
 
+  test("changesSince() leaves out first uses from a network and exposures, which alter nothing a request reads", async (shared) => {
+    const store = await shared.open();
+    try {
+      const a = await store.create(input("a").input, { actor: ACTOR });
+      const after = await store.revision();
+      const noted = await store.recordNetworkUses([
+        { id: a.id, network: "192.0.2.0/24", at: new Date() },
+      ]);
+      assert.equal(noted.length, 1);
+      await store.markExposed(a.id, { actor: ACTOR, from: "192.0.2.1" });
+      const changes = await store.changesSince(after);
+      assert.ok(changes.revision > after, "both moved the revision");
+      assert.deepEqual(changes.keyIds, []);
+      assert.equal(changes.rebuild, false);
+    } finally {
+      await store.close();
+    }
+  });
+
   test("changesSince() asks for a rebuild across an import, as ids may be reused", async (shared) => {
     const store = await shared.open();
     try {
@@ -286,6 +305,32 @@ export function leaseContract(label: string, openShared: OpenShared): void {
       });
       // It read (a notice of the revoke may have made it read once more).
       assert.ok(one.count("pollInstance") > polls);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("a change that reaches its deadline removes the registrations still owing, so the next one does not wait for them", async (shared) => {
+    const raw = await shared.open();
+    // Every read of the registrations is slow, as from a busy database:
+    // the deadline comes before a whole lease of watching one version.
+    const slow = new Proxy(raw, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target);
+        if (typeof value !== "function") return value;
+        if (property !== "instances") return value.bind(target);
+        return async () => {
+          await new Promise((resolve) => setTimeout(resolve, 400));
+          return await target.instances();
+        };
+      },
+    });
+    const admin = acknowledged(slow);
+    try {
+      // A whole lease of watching would end after the deadline.
+      await raw.registerInstance(info("frozen"));
+      await admin.create(input("a").input, { actor: ACTOR });
+      assert.deepEqual(await raw.instances(), []);
     } finally {
       await admin.close();
     }

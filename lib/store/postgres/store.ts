@@ -677,6 +677,7 @@ export class PostgresKeyStore implements KeyStore {
         LEFT JOIN LATERAL (
           SELECT key_id, action FROM audit
           WHERE seq > ${after} AND seq <= m.revision
+            AND action NOT IN ('network', 'expose')
           ORDER BY seq LIMIT ${MAX_CHANGES + 1}
         ) c ON true
         GROUP BY m.revision`
