@@ -23,6 +23,8 @@ export interface FloodResult {
   /** The floods' own requests/s. */
   invented: number;
   malformed: number;
+  /** Every request wrk reported, warm-ups included, for the store calls per 1 000 requests. */
+  requests: number;
 }
 
 const LUA = (keys: string[]) => `
@@ -37,15 +39,20 @@ request = function()
 end
 `;
 
-/** Runs wrk and returns its requests/s. */
-async function rps(args: string[]): Promise<number> {
+/** Runs wrk and returns its requests/s and how many requests it reported. */
+async function rps(
+  args: string[],
+): Promise<{ rps: number; requests: number }> {
   const out = await new Deno.Command("wrk", {
     args: ["-t1", ...args],
     stdout: "piped",
     stderr: "piped",
   }).output();
   const text = new TextDecoder().decode(out.stdout);
-  return Number(text.match(/Requests\/sec:\s+([\d.]+)/)?.[1] ?? 0);
+  return {
+    rps: Number(text.match(/Requests\/sec:\s+([\d.]+)/)?.[1] ?? 0),
+    requests: Number(text.match(/(\d+) requests in/)?.[1] ?? 0),
+  };
 }
 
 /** Measures both floods against a running server at `url`. */
@@ -65,23 +72,26 @@ export async function measureFloods(
   );
   const scripts = { invented, malformed };
   const result: Record<string, number> = {};
+  let requests = 0;
   for (const [kind, keys] of Object.entries(scripts)) {
     const script = `${options.dir}/${kind}.lua`;
     await Deno.writeTextFile(script, LUA(keys));
     const seconds = `${options.seconds}s`;
     const conns = `-c${options.connections}`;
-    await rps([conns, "-d1s", "-s", script, url]); // warm-up
+    const warmUp = await rps([conns, "-d1s", "-s", script, url]);
     const [flood, valid] = await Promise.all([
       rps([conns, `-d${seconds}`, "-s", script, url]),
       rps([conns, `-d${seconds}`, "-H", `X-API-Key: ${options.validKey}`, url]),
     ]);
-    result[kind] = flood;
-    result[`valid_${kind}`] = valid;
+    result[kind] = flood.rps;
+    result[`valid_${kind}`] = valid.rps;
+    requests += warmUp.requests + flood.requests + valid.requests;
   }
   return {
     validUnderInvented: result.valid_invented,
     validUnderMalformed: result.valid_malformed,
     invented: result.invented,
     malformed: result.malformed,
+    requests,
   };
 }

@@ -185,11 +185,18 @@ export interface ServerProcess extends AsyncDisposable {
   url: string;
   port: number;
   process: Deno.ChildProcess;
-  /** Everything printed so far on stdout and stderr. */
+  /**
+   * Everything printed so far on stdout and stderr; with `keepOutput`
+   * false, what was printed up to the listening line and then only the
+   * last {@linkcode TAIL_CHARS} characters (where its last log line is).
+   */
   output(): string;
   /** Sends a signal and waits for the exit code. */
   stop(signal?: Deno.Signal): Promise<number>;
 }
+
+/** How much of its latest output a server started without `keepOutput` keeps. */
+export const TAIL_CHARS = 65_536;
 
 /**
  * Starts the server with the `start` task's permissions in `cwd`.
@@ -220,10 +227,12 @@ export async function startServer(
     stderr: "piped",
   }).spawn();
   let text = "";
+  let tail = "";
   let port = 0;
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
       if (keep || port === 0) text += chunk;
+      else tail = (tail + chunk).slice(-TAIL_CHARS);
     }
   };
   const done = Promise.all([collect(child.stdout), collect(child.stderr)]);
@@ -255,7 +264,7 @@ export async function startServer(
     url: `http://127.0.0.1:${port}`,
     port,
     process: child,
-    output: () => text,
+    output: () => text + tail,
     stop,
     async [Symbol.asyncDispose]() {
       await stop();
