@@ -659,18 +659,20 @@ export class PostgresKeyStore implements KeyStore {
 
   async changesSince(revision: bigint): Promise<KeyChanges> {
     const after = revision < 0n ? "-1" : revision.toString();
-    // One statement, one snapshot: every line up to the revision read.
+    // One statement, one snapshot: every line up to the revision read. The
+    // ids come as JSON: the driver runs without fetch_types, so an array
+    // column would arrive as its text ("{1,2}"), not as an array.
     const [row] = await this.#pool.read(() =>
       this.#sql<
         {
           revision: string;
-          key_ids: string[];
+          key_ids: (number | string)[];
           lines: string;
           imported: boolean;
         }[]
       >`
         SELECT m.revision,
-          coalesce(array_agg(DISTINCT c.key_id) FILTER (WHERE c.key_id IS NOT NULL), '{}') AS key_ids,
+          coalesce(jsonb_agg(DISTINCT c.key_id) FILTER (WHERE c.key_id IS NOT NULL), '[]') AS key_ids,
           count(c.key_id) AS lines,
           coalesce(bool_or(c.key_id = 0 AND c.action = 'import'), false) AS imported
         FROM meta m
