@@ -19,6 +19,7 @@
  * @module
  */
 
+import { Turns } from "./_turns.ts";
 import { clientAddress } from "../client_address.ts";
 import type { Cidr } from "../ip.ts";
 import type { RequestLogLine } from "../log.ts";
@@ -157,6 +158,8 @@ export function createRouter(
     return response;
   }
 
+  const turns = new Turns();
+
   return async function handle(request, info) {
     const started = performance.now();
     const { authority, path, query } = splitTarget(request.url);
@@ -164,6 +167,8 @@ export function createRouter(
     const seen: { route?: string; apiKeyId?: number } = {};
     let response: Response;
     try {
+      const wait = turns.enter();
+      if (wait !== null) await wait;
       response = await dispatch(
         request,
         { authority, path, query, client },
