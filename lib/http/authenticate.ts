@@ -145,7 +145,7 @@ export function createAuthenticator(
       if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
       // Before the success is answered, so that the old key is refused on
       // every instance from the next request on.
-      await retirements.firstUse(record);
+      if (record.retires !== null) await retirements.firstUse(record);
       lockout.succeeded(counted);
       countOutcome("ok", route);
       const now = Date.now();

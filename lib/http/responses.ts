@@ -14,27 +14,29 @@ const COMMON_HEADERS = {
   "x-content-type-options": "nosniff",
 } as const;
 
+const JSON_HEADERS = {
+  ...COMMON_HEADERS,
+  "content-type": "application/json",
+} as const;
+
 /** A JSON response with the common headers. */
 export function json(
   status: number,
   body: unknown,
-  headers: Record<string, string> = {},
+  headers?: Record<string, string>,
 ): Response {
   return new Response(JSON.stringify(body), {
     status,
-    headers: {
-      ...COMMON_HEADERS,
-      "content-type": "application/json",
-      ...headers,
-    },
+    // Built once: this is every successful answer's path.
+    headers: headers === undefined
+      ? JSON_HEADERS
+      : { ...JSON_HEADERS, ...headers },
   });
 }
 
 /** A fixed JSON document, already serialised. */
 export function jsonText(body: string): Response {
-  return new Response(body, {
-    headers: { ...COMMON_HEADERS, "content-type": "application/json" },
-  });
+  return new Response(body, { headers: JSON_HEADERS });
 }
 
 /**
