@@ -116,12 +116,13 @@ export async function awaitAcknowledgement(
       for (const instance of registrations) {
         if (instance.acked >= revision) continue;
         waitedFor.add(instance.id);
-        longest = Math.max(longest, instance.leaseMs);
+        const leaseMs = leaseOf(instance);
+        longest = Math.max(longest, leaseMs);
         const before = seen.get(instance.id);
         if (before === undefined || before.version !== instance.version) {
           seen.set(instance.id, { version: instance.version, since: now });
           pending.push(instance);
-        } else if (now - before.since >= instance.leaseMs + LEASE_MARGIN_MS) {
+        } else if (now - before.since >= leaseMs + LEASE_MARGIN_MS) {
           // Not renewed for a whole lease: any lease it holds rests on a
           // read older than that, so it has run out. Removed only at this
           // version, so that the server, if alive, must register afresh and
@@ -155,6 +156,18 @@ export async function awaitAcknowledgement(
     }
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
+}
+
+/**
+ * The lease a registration claims, as far as it can be true: no server takes
+ * one longer than LEASE_MS (lib/lease.ts refuses it), so a longer or absurd
+ * claim, from a buggy or hostile writer, cannot hold every change up.
+ */
+function leaseOf(instance: InstanceRecord): number {
+  const claimed = instance.leaseMs;
+  return Number.isFinite(claimed) && claimed > 0
+    ? Math.min(claimed, LEASE_MS)
+    : LEASE_MS;
 }
 
 function describe(instance: InstanceRecord): Lapsed {
