@@ -382,6 +382,50 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     }
   });
 
+  test("a change whose store stops answering right after it committed returns within a lease", async (shared) => {
+    const raw = await shared.open();
+    let committed = false;
+    // After the commit every read hangs, as on a frozen database (there,
+    // until the driver's own time limit, 15 s).
+    const hung = new Proxy(raw, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target);
+        if (typeof value !== "function") return value;
+        if (property === "create") {
+          return async (...args: unknown[]) => {
+            const result = await value.apply(target, args);
+            committed = true;
+            return result;
+          };
+        }
+        if (
+          !["revision", "instances", "removeInstance"].includes(
+            String(property),
+          )
+        ) return value.bind(target);
+        return (...args: unknown[]) =>
+          committed ? new Promise(() => {}) : value.apply(target, args);
+      },
+    });
+    const admin = acknowledged(hung);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await raw.registerInstance(info("frozen"));
+      const started = performance.now();
+      const change = admin.create(input("a").input, { actor: ACTOR });
+      const bound = new Promise<"timeout">((resolve) =>
+        timer = setTimeout(() => resolve("timeout"), LEASE_MS + 2000)
+      );
+      assert.notEqual(await Promise.race([change, bound]), "timeout");
+      const waited = performance.now() - started;
+      assert.ok(waited < LEASE_MS + 1000, `returned after ${waited} ms`);
+      await change;
+    } finally {
+      clearTimeout(timer);
+      await raw.close();
+    }
+  });
+
   test("a server refuses a lease longer than a change waits for", () => {
     return Promise.resolve(
       assert.throws(
