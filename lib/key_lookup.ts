@@ -158,6 +158,21 @@ export class KeyLookup {
     return fresh;
   }
 
+  /**
+   * Drops key `id`'s record, so that the next request reads it afresh. For a
+   * change this process made whose audit line names another key: a
+   * rotation's link spent at first use is written on the new key, while the
+   * change feed names only the old one.
+   */
+  forget(id: number): void {
+    // A read under way may predate the change: it must not be cached.
+    this.#drops++;
+    const hash = this.#hashes.get(id);
+    if (hash === undefined) return;
+    this.#hashes.delete(id);
+    this.#cache.delete(hash);
+  }
+
   /** Drops what `changes` invalidate; the lease counts them applied after. */
   async #apply(changes: KeyChanges): Promise<void> {
     // New keys enter the index before their batch counts as applied.

@@ -41,7 +41,7 @@ const POLL_MS_PUSHED = 500;
 
 /** Options of {@linkcode Lease}. */
 export interface LeaseOptions {
-  /** Lease length; {@linkcode LEASE_MS} unless set. */
+  /** Lease length; {@linkcode LEASE_MS} unless set, and never longer: a change waits at most that long. */
   leaseMs?: number;
   /** Poll interval; 100 ms, or 500 ms when the store pushes notices. */
   pollMs?: number;
@@ -83,6 +83,13 @@ export class Lease {
   constructor(store: InstanceRegistry, options: LeaseOptions = {}) {
     this.#store = store;
     this.#leaseMs = options.leaseMs ?? LEASE_MS;
+    // A writer trusts no longer claim (store/acknowledged.ts): a longer
+    // lease would outlive the wait of a change.
+    if (!(this.#leaseMs > 0 && this.#leaseMs <= LEASE_MS)) {
+      throw new RangeError(
+        `A lease lasts more than 0 and at most ${LEASE_MS} ms, not ${this.#leaseMs}`,
+      );
+    }
     this.#pollMs = options.pollMs;
     this.#log = options.log;
     this.#sync = new Coalesced(() => this.#read());

@@ -905,3 +905,60 @@ for (const { label, postgres } of STORES) {
     },
   });
 }
+
+// 5. A rotation's link, once spent, costs nothing more: the first use of the
+// new key revokes the old one, and later requests for it answer from memory.
+
+for (const { label, postgres } of STORES) {
+  Deno.test({
+    name:
+      `${label}: after an --until-first-use rotation's first use, requests for the new key cost no store write or read`,
+    ignore: postgres && NO_DATABASE,
+    async fn() {
+      using dir = tempDir();
+      await using store = await openStore(postgres);
+      const old = await createKey(dir.path, "linked", undefined, store.env);
+      const [server] = await startServers(dir.path, store.env, 1);
+      let code: number;
+      try {
+        const rotate = await keys(dir.path, [
+          "rotate",
+          "linked",
+          "--overlap",
+          "1h",
+          "--until-first-use",
+          "--yes",
+          "--json",
+        ], store.env);
+        assert.equal(rotate.code, 0, rotate.stderr);
+        const fresh = JSON.parse(rotate.stdout) as { key: string };
+        // The first use retires the old key; the next ones must not try again.
+        assert.equal((await call(server.url, fresh.key)).status, 200);
+        assert.equal((await call(server.url, old.key)).status, 401);
+        for (let i = 0; i < 200; i++) {
+          assert.equal((await call(server.url, fresh.key)).status, 200);
+        }
+      } finally {
+        code = await server.stop();
+      }
+      assert.equal(code, 0, server.output());
+      const last = server.output().trim().split("\n").at(-1)!;
+      const line = JSON.parse(last);
+      assert.equal(line.msg, "stopped", last);
+      const calls: Record<string, number> = line.storeCalls;
+      console.log(`${store.label}: store calls ${JSON.stringify(calls)}`);
+      assert.ok(
+        (calls.retire ?? 0) <= 1,
+        `retire called ${calls.retire} times`,
+      );
+      assert.ok(
+        (calls.instances ?? 0) <= 5,
+        `instances called ${calls.instances} times`,
+      );
+      assert.ok(
+        (calls.findByHashAt ?? 0) <= 5,
+        `${calls.findByHashAt} reads of keys for 202 requests`,
+      );
+    },
+  });
+}

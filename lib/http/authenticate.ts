@@ -145,7 +145,12 @@ export function createAuthenticator(
       if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
       // Before the success is answered, so that the old key is refused on
       // every instance from the next request on.
-      if (record.retires !== null) await retirements.firstUse(record);
+      if (record.retires !== null) {
+        await retirements.firstUse(record);
+        // The cached record still holds the spent link; kept, it would make
+        // every later request of the key try the retirement again.
+        lookup.forget(record.id);
+      }
       lockout.succeeded(counted);
       countOutcome("ok", route);
       const now = Date.now();

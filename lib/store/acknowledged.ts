@@ -12,6 +12,7 @@
  */
 
 import { LEASE_MS } from "../lease.ts";
+import { StoreUnavailableError } from "./errors.ts";
 import type { InstanceRecord, KeyStore } from "./types.ts";
 
 /** The store changes that alter what authenticates, and so wait. */
@@ -30,6 +31,12 @@ const WAITING_CHANGES: ReadonlySet<PropertyKey> = new Set([
  * of two processes agree on a duration within far less.
  */
 const LEASE_MARGIN_MS = 50;
+
+/**
+ * How long the removals of lapsed registrations may take past the deadline:
+ * they spare the next change a wait, but decide nothing for this one.
+ */
+const REMOVAL_GRACE_MS = 250;
 
 /** A server that did not acknowledge, and whose lease ran out instead. */
 export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid">;
@@ -88,8 +95,10 @@ export async function awaitAcknowledgement(
   options: AcknowledgeOptions = {},
 ): Promise<AcknowledgeReport> {
   const returned = performance.now();
+  // No registration's lease counts as longer (leaseOf() below), so every
+  // lease resting on a read older than the change has ended by then.
+  const deadline = returned + LEASE_MS + LEASE_MARGIN_MS;
   let revision: bigint | null = null;
-  let longest = LEASE_MS;
   const waitedFor = new Set<string>();
   const lapsed: Lapsed[] = [];
   /** When each registration was first seen at its current version. */
@@ -108,26 +117,30 @@ export async function awaitAcknowledgement(
   };
   for (let delay = 2;; delay = Math.min(delay * 2, 50)) {
     try {
-      revision ??= await store.revision();
-      const registrations = await store.instances();
+      // Each read is cut off at the deadline: a store that hangs (a frozen
+      // database, up to its driver's 15 s limit) holds no change up past it.
+      revision ??= await within(store.revision(), deadline);
+      const registrations = await within(store.instances(), deadline);
       // After the read: a version seen now was written before this moment.
       const now = performance.now();
       const pending: InstanceRecord[] = [];
       for (const instance of registrations) {
         if (instance.acked >= revision) continue;
         waitedFor.add(instance.id);
-        longest = Math.max(longest, instance.leaseMs);
+        const leaseMs = leaseOf(instance);
         const before = seen.get(instance.id);
         if (before === undefined || before.version !== instance.version) {
           seen.set(instance.id, { version: instance.version, since: now });
           pending.push(instance);
-        } else if (now - before.since >= instance.leaseMs + LEASE_MARGIN_MS) {
+        } else if (now - before.since >= leaseMs + LEASE_MARGIN_MS) {
           // Not renewed for a whole lease: any lease it holds rests on a
           // read older than that, so it has run out. Removed only at this
           // version, so that the server, if alive, must register afresh and
           // read the store before it answers from memory again.
-          await store.removeInstance(instance.id, { version: instance.version })
-            .catch(() => {});
+          await within(
+            store.removeInstance(instance.id, { version: instance.version }),
+            deadline,
+          ).catch(() => {});
           lapsed.push(describe(instance));
         } else {
           pending.push(instance);
@@ -137,24 +150,60 @@ export async function awaitAcknowledgement(
       if (pending.length === 0) return report();
       if (!told && now - returned >= 250) {
         told = true;
-        options.onWait?.(pending.map(describe), longest);
+        options.onWait?.(pending.map(describe), LEASE_MS);
       }
     } catch {
       // The store cannot be read: the deadline below still holds.
     }
-    if (performance.now() - returned >= longest + LEASE_MARGIN_MS) {
+    if (performance.now() >= deadline) {
       // Every lease resting on a read older than the change has ended, and
       // a registration still owing rests on such a read: removed at the
       // version seen, so the next change does not wait for it again.
-      for (const instance of owing) {
-        await store.removeInstance(instance.id, { version: instance.version })
-          .catch(() => {});
-        lapsed.push(describe(instance));
-      }
+      await within(
+        Promise.allSettled(
+          owing.map((instance) =>
+            store.removeInstance(instance.id, { version: instance.version })
+          ),
+        ),
+        performance.now() + REMOVAL_GRACE_MS,
+      ).catch(() => {});
+      lapsed.push(...owing.map(describe));
       return report();
     }
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
+}
+
+/**
+ * The lease a registration claims, as far as it can be true: no server takes
+ * one longer than LEASE_MS (lib/lease.ts refuses it), so a longer or absurd
+ * claim, from a buggy or hostile writer, cannot hold every change up.
+ */
+function leaseOf(instance: InstanceRecord): number {
+  const claimed = instance.leaseMs;
+  return Number.isFinite(claimed) && claimed > 0
+    ? Math.min(claimed, LEASE_MS)
+    : LEASE_MS;
+}
+
+/** `work`, or StoreUnavailableError once monotonic time `until` has come. */
+function within<T>(work: Promise<T>, until: number): Promise<T> {
+  // Left to settle on its own when the time runs out first.
+  work.catch(() => {});
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          new StoreUnavailableError(
+            "store_unavailable",
+            "The key store did not answer before the change's deadline",
+          ),
+        ),
+      Math.max(0, until - performance.now()),
+    );
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
 
 function describe(instance: InstanceRecord): Lapsed {

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { generateApiKey } from "../../lib/api_key.ts";
 import { KeyLookup } from "../../lib/key_lookup.ts";
-import { Lease } from "../../lib/lease.ts";
+import { Lease, LEASE_MS } from "../../lib/lease.ts";
 import {
   acknowledged,
   type AcknowledgeReport,
@@ -357,6 +357,82 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     } finally {
       await admin.close();
     }
+  });
+
+  test("a registration claiming a lease longer than any server takes holds a change up for at most one lease", async (shared) => {
+    const raw = await shared.open();
+    const admin = acknowledged(raw);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      // Written by a buggy or hostile peer: trusted, it would hold every
+      // change up for 23 days.
+      await raw.registerInstance(info("greedy", 2_000_000_000));
+      const started = performance.now();
+      const change = admin.create(input("a").input, { actor: ACTOR });
+      const bound = new Promise<"timeout">((resolve) =>
+        timer = setTimeout(() => resolve("timeout"), LEASE_MS + 2000)
+      );
+      assert.notEqual(await Promise.race([change, bound]), "timeout");
+      const waited = performance.now() - started;
+      assert.ok(waited < LEASE_MS + 1000, `returned after ${waited} ms`);
+      assert.deepEqual(await raw.instances(), []);
+    } finally {
+      clearTimeout(timer);
+      await admin.close();
+    }
+  });
+
+  test("a change whose store stops answering right after it committed returns within a lease", async (shared) => {
+    const raw = await shared.open();
+    let committed = false;
+    // After the commit every read hangs, as on a frozen database (there,
+    // until the driver's own time limit, 15 s).
+    const hung = new Proxy(raw, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target);
+        if (typeof value !== "function") return value;
+        if (property === "create") {
+          return async (...args: unknown[]) => {
+            const result = await value.apply(target, args);
+            committed = true;
+            return result;
+          };
+        }
+        if (
+          !["revision", "instances", "removeInstance"].includes(
+            String(property),
+          )
+        ) return value.bind(target);
+        return (...args: unknown[]) =>
+          committed ? new Promise(() => {}) : value.apply(target, args);
+      },
+    });
+    const admin = acknowledged(hung);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await raw.registerInstance(info("frozen"));
+      const started = performance.now();
+      const change = admin.create(input("a").input, { actor: ACTOR });
+      const bound = new Promise<"timeout">((resolve) =>
+        timer = setTimeout(() => resolve("timeout"), LEASE_MS + 2000)
+      );
+      assert.notEqual(await Promise.race([change, bound]), "timeout");
+      const waited = performance.now() - started;
+      assert.ok(waited < LEASE_MS + 1000, `returned after ${waited} ms`);
+      await change;
+    } finally {
+      clearTimeout(timer);
+      await raw.close();
+    }
+  });
+
+  test("a server refuses a lease longer than a change waits for", () => {
+    return Promise.resolve(
+      assert.throws(
+        () => new Lease({} as KeyStore, { leaseMs: LEASE_MS + 1 }),
+        RangeError,
+      ),
+    );
   });
 
   test("a server whose registration was removed drops its lease and registers afresh before it answers from memory", async (shared) => {
