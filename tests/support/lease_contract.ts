@@ -71,11 +71,19 @@ function counting(store: KeyStore) {
 /** A server's lookup in this process: its own store connection and lease. */
 async function server(
   shared: { open(): Promise<KeyStore> },
-  options: { leaseMs?: number; pollMs?: number } = {},
+  options: { leaseMs?: number; pollMs?: number; deaf?: boolean } = {},
 ) {
   const counted = counting(await shared.open());
-  const lease = new Lease(counted.store, { pollMs: 5, ...options });
-  const lookup = new KeyLookup(counted.store, { lease });
+  // Deaf: every notice of a change is lost, as when the LISTEN connection
+  // drops; the server hears of changes by its poll alone.
+  const store = options.deaf
+    ? Object.assign(Object.create(counted.store), { onChange: undefined })
+    : counted.store;
+  const lease = new Lease(store, {
+    pollMs: options.pollMs ?? 5,
+    leaseMs: options.leaseMs,
+  });
+  const lookup = new KeyLookup(store, { lease });
   await lease.start();
   return {
     lease,
@@ -265,6 +273,29 @@ export function leaseContract(label: string, openShared: OpenShared): void {
         const result = await s.lookup.authenticate(a.key);
         assert.deepEqual(result, { ok: false, reason: "revoked" });
       }
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test("with every notice of a change lost, a revoke is still acknowledged by the server's next poll, not by its lease running out", async (shared) => {
+    let report: AcknowledgeReport | undefined;
+    const admin = acknowledged(await shared.open(), {
+      onAcknowledged: (r) => report = r,
+    });
+    try {
+      const a = input("a");
+      const record = await admin.create(a.input, { actor: ACTOR });
+      // The PostgreSQL poll interval, which stands in for lost notices.
+      await using one = await server(shared, { pollMs: 500, deaf: true });
+      assert.equal((await one.lookup.authenticate(a.key)).ok, true);
+      await admin.revoke(record.id, { actor: ACTOR });
+      assert.deepEqual(report!.lapsed, []);
+      assert.ok(report!.waitedMs < 1500, `waited ${report!.waitedMs} ms`);
+      assert.deepEqual(await one.lookup.authenticate(a.key), {
+        ok: false,
+        reason: "revoked",
+      });
     } finally {
       await admin.close();
     }
