@@ -64,7 +64,6 @@ export class KeyLookup {
   #lease: Lease;
   /** Moves whenever records are dropped, so a read that raced a drop is not cached. */
   #drops = 0;
-  #storeReads = 0;
   /** Reads under way, by hash, with the drop count when each began. */
   #pending = new Map<string, { drops: number; read: Promise<Cached | null> }>();
 
@@ -86,11 +85,6 @@ export class KeyLookup {
    */
   async warm(): Promise<void> {
     await this.#lease.catchUp();
-  }
-
-  /** Records read from the store for requests (not counting the lease's own reads). */
-  get storeReads(): number {
-    return this.#storeReads;
   }
 
   /**
@@ -140,7 +134,6 @@ export class KeyLookup {
 
   async #readStore(hash: string): Promise<Cached | null> {
     const drops = this.#drops;
-    this.#storeReads++;
     // Strongly consistent and begun after the request arrived: current.
     const { record } = await this.#store.findByHashAt(hash);
     if (record === null) return null;
@@ -149,9 +142,8 @@ export class KeyLookup {
     // predate one of them, so it answers this request only.
     if (drops !== this.#drops) return fresh;
     if (this.#cache.size >= this.#maxEntries) {
-      const oldest = this.#cache.keys().next().value!;
-      this.#hashes.delete(this.#cache.get(oldest)!.record.id);
-      this.#cache.delete(oldest);
+      // The oldest goes. An eviction is no change: `#drops` stays.
+      this.#drop(this.#cache.values().next().value!.record.id);
     }
     this.#cache.set(hash, fresh);
     this.#hashes.set(record.id, hash);
@@ -167,10 +159,7 @@ export class KeyLookup {
   forget(id: number): void {
     // A read under way may predate the change: it must not be cached.
     this.#drops++;
-    const hash = this.#hashes.get(id);
-    if (hash === undefined) return;
-    this.#hashes.delete(id);
-    this.#cache.delete(hash);
+    this.#drop(id);
   }
 
   /** Drops what `changes` invalidate; the lease counts them applied after. */
@@ -183,11 +172,14 @@ export class KeyLookup {
       this.#hashes.clear();
       return;
     }
-    for (const id of changes.keyIds) {
-      const hash = this.#hashes.get(id);
-      if (hash === undefined) continue;
-      this.#hashes.delete(id);
-      this.#cache.delete(hash);
-    }
+    for (const id of changes.keyIds) this.#drop(id);
+  }
+
+  /** Drops key `id`'s cached record, if any; the caller moves `#drops`. */
+  #drop(id: number): void {
+    const hash = this.#hashes.get(id);
+    if (hash === undefined) return;
+    this.#hashes.delete(id);
+    this.#cache.delete(hash);
   }
 }

@@ -231,26 +231,16 @@ export class Lease {
     }
     const { started, version } = await this.#sync.get();
     if (!this.#running) return;
-    if (version === null || version !== this.#version) {
-      // A change gave up waiting and removed it (this process was paused
-      // or cut off past its lease): register afresh on the next poll.
-      this.#info = null;
-      this.#lose("registration_removed");
-      this.#again = true;
-      return;
-    }
+    // A change gave up waiting and removed it (this process was paused or
+    // cut off past its lease).
+    if (version === null || version !== this.#version) return this.#removed();
     const info = this.#info!;
     const due = info.acked < this.#applied ||
       this.#until - performance.now() < this.#leaseMs / 2;
     if (!due) return;
     const next = { ...info, acked: this.#applied };
     const renewed = await this.#store.renewInstance(next, version);
-    if (renewed === null) {
-      this.#info = null;
-      this.#lose("registration_removed");
-      this.#again = true;
-      return;
-    }
+    if (renewed === null) return this.#removed();
     this.#info = next;
     this.#version = renewed;
     // From the read's start, not from now: a change committed after the
@@ -258,9 +248,12 @@ export class Lease {
     if (this.#running) this.#until = started + this.#leaseMs;
   }
 
-  #lose(reason: string): void {
+  /** The registration is gone: no lease, and register afresh at once. */
+  #removed(): void {
+    this.#info = null;
     this.#until = -Infinity;
-    this.#note(reason);
+    this.#note("registration_removed");
+    this.#again = true;
   }
 
   #note(reason: string, error?: unknown): void {

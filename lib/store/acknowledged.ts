@@ -12,7 +12,7 @@
  */
 
 import { LEASE_MS } from "../lease.ts";
-import { StoreUnavailableError } from "./errors.ts";
+import { bounded } from "../_bounded.ts";
 import type { InstanceRecord, KeyStore } from "./types.ts";
 
 /** The store changes that alter what authenticates, and so wait. */
@@ -186,24 +186,9 @@ function leaseOf(instance: InstanceRecord): number {
     : LEASE_MS;
 }
 
-/** `work`, or StoreUnavailableError once monotonic time `until` has come. */
+/** `work`, or DeadlineError once monotonic time `until` has come. */
 function within<T>(work: Promise<T>, until: number): Promise<T> {
-  // Left to settle on its own when the time runs out first.
-  work.catch(() => {});
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new StoreUnavailableError(
-            "store_unavailable",
-            "The key store did not answer before the change's deadline",
-          ),
-        ),
-      Math.max(0, until - performance.now()),
-    );
-  });
-  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+  return bounded(work, Math.max(0, until - performance.now()));
 }
 
 function describe(instance: InstanceRecord): Lapsed {

@@ -417,24 +417,13 @@ export class KvKeyStore implements KeyStore {
   async findByHashAt(
     hash: string,
   ): Promise<{ record: KeyRecord | null; revision: bigint }> {
-    let entries;
-    try {
-      // getMany reads one snapshot: the record is exactly as of that
-      // revision, and the import marker tells whether it may be used at all.
-      entries = await this.#kv.getMany<[Deno.KvU64, unknown, KeyRecord]>([
-        REVISION,
-        IMPORTING,
-        keyByHash(hash),
-      ], { consistency: "strong" });
-    } catch (error) {
-      throw new StoreUnavailableError(
-        "store_unavailable",
-        "The key store cannot be read",
-        {
-          cause: error,
-        },
-      );
-    }
+    // getMany reads one snapshot: the record is exactly as of that
+    // revision, and the import marker tells whether it may be used at all.
+    const entries = await this.#readMany<[Deno.KvU64, unknown, KeyRecord]>([
+      REVISION,
+      IMPORTING,
+      keyByHash(hash),
+    ]);
     return {
       revision: entries[0].value?.value ?? 0n,
       record: entries[1].value === null && entries[2].value !== null
@@ -919,13 +908,7 @@ export class KvKeyStore implements KeyStore {
     try {
       return await this.#kv.get<T>(key, { consistency: "strong" });
     } catch (error) {
-      throw new StoreUnavailableError(
-        "store_unavailable",
-        "The key store cannot be read",
-        {
-          cause: error,
-        },
-      );
+      throw unreadable(error);
     }
   }
 

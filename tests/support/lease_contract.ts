@@ -233,7 +233,6 @@ export function leaseContract(label: string, openShared: OpenShared): void {
         );
       }
       assert.equal(one.count("findByHashAt"), reads);
-      assert.equal(one.lookup.storeReads, reads);
       // The lease's own polls follow time, not requests.
       assert.ok(one.count("pollInstance") - polls < 500);
     } finally {

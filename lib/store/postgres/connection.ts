@@ -7,6 +7,7 @@
  */
 
 import postgres from "postgres";
+import { bounded, DeadlineError } from "../../_bounded.ts";
 import { StoreInputError, StoreUnavailableError } from "../errors.ts";
 
 /** Tuning of the connection pool and its time limits. */
@@ -160,23 +161,6 @@ export class Pool {
   async end(seconds: number): Promise<void> {
     await this.sql.end({ timeout: seconds });
   }
-}
-
-/** The database did not answer in time; the work may still be running there. */
-class DeadlineError extends Error {
-  override name = "DeadlineError";
-}
-
-/** Settles like `work`, or rejects with {@linkcode DeadlineError} once `ms` have passed. */
-export function bounded<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new DeadlineError(`no answer within ${ms} ms`)),
-      ms,
-    );
-  });
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }
 
 /**

@@ -21,9 +21,9 @@
  * @module
  */
 
+import { bounded } from "../../_bounded.ts";
 import {
   asUnavailable,
-  bounded,
   callTimeoutMs,
   connect,
   type PostgresStoreOptions,

@@ -68,9 +68,9 @@ import type {
   RotateOptions,
   RotateResult,
 } from "../types.ts";
+import { bounded } from "../../_bounded.ts";
 import {
   asUnavailable,
-  bounded,
   callTimeoutMs,
   connect,
   Pool,
