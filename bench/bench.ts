@@ -39,6 +39,7 @@
 import { generateApiKey } from "../lib/api_key.ts";
 import type { StoreLocation } from "../lib/config.ts";
 import { openStore } from "../lib/store/open.ts";
+import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
 import { startServer, taskCommand, tempDir } from "../scripts/task_process.ts";
 import { rssBytes } from "./soak.ts";
@@ -126,31 +127,25 @@ async function prepare(
 ): Promise<{ valid: string; revoked: string }> {
   const valid = generateApiKey();
   const revoked = generateApiKey();
-  const at = new Date().toISOString();
+  const now = new Date();
   const record = (
     id: number,
     key: ReturnType<typeof generateApiKey>,
     status: "valid" | "revoked",
-  ): KeyRecord => ({
-    id,
-    name: `site-${id}`,
-    email: `ops${id}@example.com`,
-    status,
-    hash: key.hash,
-    hint: key.hint,
-    createdAt: at,
-    revokedAt: status === "revoked" ? at : null,
-    revokedReason: status === "revoked" ? "benchmark" : null,
-    exposedAt: null,
-    exposedFrom: null,
-    lastUsedAt: null,
-    expiresAt: null,
-    replacedBy: null,
-    retires: null,
-    allowFrom: null,
-    networks: [],
-    refusedUses: [],
-  });
+  ): KeyRecord => {
+    const made = newRecord(id, {
+      name: `site-${id}`,
+      email: `ops${id}@example.com`,
+      hash: key.hash,
+      hint: key.hint,
+    }, now);
+    return status === "valid" ? made : {
+      ...made,
+      status,
+      revokedAt: made.createdAt,
+      revokedReason: "benchmark",
+    };
+  };
   async function* items(): AsyncIterable<ExportItem> {
     yield { type: "key", record: record(1, valid, "valid") };
     if (size > 1) yield { type: "key", record: record(2, revoked, "revoked") };

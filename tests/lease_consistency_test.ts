@@ -21,18 +21,21 @@
 import assert from "node:assert/strict";
 import {
   createKey,
+  freePort,
   keys,
   type RunResult,
   type ServerProcess,
   startServer,
   tempDir,
 } from "./support/processes.ts";
-import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
+import {
+  freshDatabase,
+  NO_DATABASE,
+  postgresScript,
+} from "./support/postgres.ts";
 import { LEASE_MS } from "../lib/lease.ts";
 
 const ROUTE = "/api/v1/integration/connection";
-const SCRIPT = new URL("../scripts/postgres_test_server.sh", import.meta.url)
-  .pathname;
 /** Loopback only, and no lock-out: the tests send thousands of refused keys. */
 const SERVER_ENV = {
   HOST: "127.0.0.1",
@@ -184,26 +187,6 @@ function signal(pid: number, name: Deno.Signal): void {
   } catch {
     // already gone
   }
-}
-
-/** Runs the test-server script; returns what it printed (the URL on start). */
-async function postgresScript(args: string[]): Promise<string> {
-  const out = await new Deno.Command("bash", {
-    args: [SCRIPT, ...args],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  assert.equal(out.code, 0, decoder.decode(out.stderr));
-  return decoder.decode(out.stdout).trim();
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = listener.addr.port;
-  listener.close();
-  return port;
 }
 
 /**

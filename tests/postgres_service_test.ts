@@ -8,16 +8,18 @@ import assert from "node:assert/strict";
 import { LEASE_MS } from "../lib/lease.ts";
 import {
   createKey,
+  freePort,
   keys,
   runTask,
   startServer,
   tempDir,
 } from "./support/processes.ts";
 import { check } from "./support/http.ts";
-import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
-
-const SCRIPT = new URL("../scripts/postgres_test_server.sh", import.meta.url)
-  .pathname;
+import {
+  freshDatabase,
+  NO_DATABASE,
+  postgresScript,
+} from "./support/postgres.ts";
 
 Deno.test({
   name:
@@ -189,23 +191,3 @@ Deno.test("the console facing a database that is not running fails at once with 
   );
   assert.ok(performance.now() - started < 10_000);
 });
-
-/** Runs the test-server script; returns what it printed (the URL on start). */
-async function postgresScript(args: string[]): Promise<string> {
-  const out = await new Deno.Command("bash", {
-    args: [SCRIPT, ...args],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  assert.equal(out.code, 0, decoder.decode(out.stderr));
-  return decoder.decode(out.stdout).trim();
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = listener.addr.port;
-  listener.close();
-  return port;
-}

@@ -20,7 +20,13 @@
  */
 
 import assert from "node:assert/strict";
-import { createKey, keys, startServer, tempDir } from "./support/processes.ts";
+import {
+  createKey,
+  freePort,
+  keys,
+  startServer,
+  tempDir,
+} from "./support/processes.ts";
 import {
   ignoredWithout,
   installNpmTools,
@@ -41,13 +47,6 @@ const UNKNOWN_KEY = `isk_${"0".repeat(36)}`;
 
 const tools: NpmTools = await installNpmTools(["@stoplight/prism-cli"]);
 const ignore = ignoredWithout(tools, "prism_proxy_test.ts");
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
-}
 
 interface Prism extends AsyncDisposable {
   url: string;

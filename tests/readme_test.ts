@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { tempDir } from "./support/processes.ts";
+import { freePort, tempDir } from "./support/processes.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const README = await Deno.readTextFile(`${ROOT}README.md`);
@@ -53,13 +53,6 @@ function denoOnPath(folder: string, target: string[]): string {
     { mode: 0o755 },
   );
   return `${folder}/bin:${Deno.env.get("PATH")}`;
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr;
-  listener.close();
-  return port;
 }
 
 async function runWalkThrough(deno: string[]): Promise<void> {

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import {
   createKey,
+  freePort,
   makeTlsFiles,
   startServer,
   tempDir,
@@ -30,13 +31,6 @@ if (!ready) {
   console.error(
     "tls_proxy_test.ts skipped: nginx or openssl is not installed (apt-get install -y nginx-light openssl); .ci/run installs them",
   );
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
 }
 
 /** The shipped file with only its "SET" lines and the header timeout changed. */

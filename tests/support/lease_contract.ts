@@ -14,7 +14,9 @@ import {
   acknowledged,
   type AcknowledgeReport,
 } from "../../lib/store/acknowledged.ts";
+import { counted } from "../../lib/store/counted.ts";
 import type { InstanceInfo, KeyStore } from "../../lib/store/types.ts";
+import { importedKey } from "./store_contract.ts";
 
 /**
  * Opens stores on one shared backing store, as separate processes would;
@@ -50,22 +52,13 @@ function info(id: string, leaseMs = 3000): InstanceInfo {
   };
 }
 
-/** Counts calls by method, passing them on. */
+/** Counts calls by method, passing them on, as the server does. */
 function counting(store: KeyStore) {
-  const counts = new Map<string, number>();
-  const wrapped = new Proxy(store, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target);
-      if (typeof value !== "function" || typeof property !== "string") {
-        return value;
-      }
-      return (...args: unknown[]) => {
-        counts.set(property, (counts.get(property) ?? 0) + 1);
-        return value.apply(target, args);
-      };
-    },
-  });
-  return { store: wrapped, count: (method: string) => counts.get(method) ?? 0 };
+  const wrapped = counted(store);
+  return {
+    store: wrapped.store,
+    count: (method: string) => wrapped.counts()[method] ?? 0,
+  };
 }
 
 /** A server's lookup in this process: its own store connection and lease. */
@@ -183,29 +176,10 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     const store = await shared.open();
     try {
       const before = await store.revision();
-      const { input: record } = input("imported");
+      const { record } = importedKey(1);
       await store.importAll(
         (async function* () {
-          yield {
-            type: "key" as const,
-            record: {
-              id: 1,
-              ...record,
-              status: "valid" as const,
-              createdAt: new Date().toISOString(),
-              revokedAt: null,
-              revokedReason: null,
-              exposedAt: null,
-              exposedFrom: null,
-              lastUsedAt: null,
-              expiresAt: null,
-              replacedBy: null,
-              retires: null,
-              allowFrom: null,
-              networks: [],
-              refusedUses: [],
-            },
-          };
+          yield { type: "key" as const, record };
         })(),
         { actor: ACTOR },
       );

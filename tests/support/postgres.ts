@@ -4,6 +4,7 @@
  * it is unset, so that a developer without PostgreSQL still gets a green run.
  */
 
+import assert from "node:assert/strict";
 import postgres from "postgres";
 
 /** The server the tests create their databases on; unset means skip them. */
@@ -83,4 +84,23 @@ export function registerWithDatabase(register: () => void): void {
   } finally {
     Object.assign(Deno, { test });
   }
+}
+
+const SCRIPT = new URL("../../scripts/postgres_test_server.sh", import.meta.url)
+  .pathname;
+
+/**
+ * Runs scripts/postgres_test_server.sh, for a test that starts and stops a
+ * PostgreSQL server of its own; returns what it printed (the URL on start).
+ */
+export async function postgresScript(args: string[]): Promise<string> {
+  const out = await new Deno.Command("bash", {
+    args: [SCRIPT, ...args],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  assert.equal(out.code, 0, decoder.decode(out.stderr));
+  return decoder.decode(out.stdout).trim();
 }

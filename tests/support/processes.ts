@@ -143,3 +143,11 @@ export async function makeTlsFiles(folder: string): Promise<void> {
     assert.equal(openssl.code, 0, new TextDecoder().decode(openssl.stderr));
   }
 }
+
+/** A TCP port on 127.0.0.1 that was free a moment ago. */
+export function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr;
+  listener.close();
+  return port;
+}
