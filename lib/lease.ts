@@ -191,7 +191,9 @@ export class Lease {
   async #tick(): Promise<void> {
     try {
       await this.#renew();
-      if (this.#lost) {
+      // Only once a lease is held again: a tick that found its registration
+      // removed has lost it, not regained it.
+      if (this.#lost && this.held) {
         this.#lost = false;
         this.#log?.({ msg: "lease_held", instance: this.#info?.id });
       }

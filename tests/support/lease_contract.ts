@@ -457,6 +457,32 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     }
   });
 
+  test("a server whose registration was removed logs the lease lost, and held again only once it holds one, under its new registration", async (shared) => {
+    const admin = await shared.open();
+    const store = await shared.open();
+    const lines: Record<string, unknown>[] = [];
+    const lease = new Lease(store, {
+      pollMs: 5,
+      log: (fields) => lines.push(fields),
+    });
+    try {
+      await lease.start();
+      const first = lease.id!;
+      await admin.removeInstance(first);
+      await until("held again", () => lease.held && lease.id !== first);
+      await until("told", () => lines.length >= 2);
+      assert.deepEqual(lines[0], {
+        msg: "lease_lost",
+        reason: "registration_removed",
+      });
+      assert.deepEqual(lines[1], { msg: "lease_held", instance: lease.id });
+    } finally {
+      await lease.stop();
+      await store.close();
+      await admin.close();
+    }
+  });
+
   test("a stopped server removes its registration, so no change waits for it", async (shared) => {
     const admin = await shared.open();
     try {
