@@ -141,6 +141,24 @@ Deno.test("loggablePath withholds a path with a key in any spelling, and never r
   assert.equal(loggablePath(deep), "[redacted: a key in the path]");
 });
 
+Deno.test("loggablePath withholds a key cut short, without its prefix, in upper case or split across segments", () => {
+  for (
+    const path of [
+      `/${KEY.slice(0, 39)}`,
+      `/${KEY.slice(4)}`,
+      `/ISK_${KEY.slice(4)}`,
+      `/${KEY.slice(0, 20)}/${KEY.slice(20)}`,
+      `/${KEY.slice(0, 20)}%2F${KEY.slice(20)}`,
+      `/${KEY.slice(0, 20)}%00${KEY.slice(20)}`,
+      `/${escapeAll(KEY.slice(4, 24))}`,
+    ]
+  ) {
+    const logged = loggablePath(path);
+    assert.ok(!logged.includes(KEY.slice(4, 12)), path.length.toString());
+    assert.match(logged, /^\[redacted: /);
+  }
+});
+
 Deno.test("loggablePath leaves a path without a key as it was sent", () => {
   for (
     const path of [ROUTE, "/", "/%2e%2e/etc", "/caf%C3%A9", "/isk_short"]

@@ -35,9 +35,20 @@ export function keysInUrl(
   return (text.match(KEY_ANYWHERE) ?? []).slice(0, options.most);
 }
 
-/** A path fit for a log line: withheld whole when it holds a key in any spelling. */
+/**
+ * A run of a key's characters this long may be most of a key (cut short,
+ * without its prefix, in another case, or split across segments), and the
+ * checksum of the last six is public: not for a log line, though not
+ * refused as a key either. No route has one.
+ */
+const KEY_FRAGMENT = /[0-9A-Za-z]{16}/;
+
+/** A path fit for a log line: withheld whole when it holds a key in any spelling, or what may be most of one. */
 export function loggablePath(path: string): string {
-  return pathCarriesKey(path) ? "[redacted: a key in the path]" : path;
+  if (pathCarriesKey(path)) return "[redacted: a key in the path]";
+  const fragment = KEY_FRAGMENT.test(path) ||
+    (path.includes("%") && KEY_FRAGMENT.test(urlText(path)));
+  return fragment ? "[redacted: a long token in the path]" : path;
 }
 
 function pathCarriesKey(path: string): boolean {
