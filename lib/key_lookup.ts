@@ -13,6 +13,7 @@ import { expiryMs } from "./store/records.ts";
 import type { KeyChanges, KeyRecord, KeyStore } from "./store/types.ts";
 import { KeyIndex } from "./key_index.ts";
 import { Lease } from "./lease.ts";
+import { awaitAcknowledgement } from "./store/acknowledged.ts";
 
 /**
  * Why a request was not authenticated; never shown to the caller, to whom
@@ -66,6 +67,10 @@ export class KeyLookup {
   #drops = 0;
   /** Reads under way, by hash, with the drop count when each began. */
   #pending = new Map<string, { drops: number; read: Promise<Cached | null> }>();
+  /** Every registered server has applied every change up to this revision, or lost its lease. */
+  #settled = -1n;
+  /** The wait for the newest revision a read has asked to be settled. */
+  #settling: { revision: bigint; done: Promise<void> } | null = null;
 
   /** `maxEntries` bounds the cache of records; `lease` is this process's, if it has one. */
   constructor(
@@ -135,8 +140,13 @@ export class KeyLookup {
   async #readStore(hash: string): Promise<Cached | null> {
     const drops = this.#drops;
     // Strongly consistent and begun after the request arrived: current.
-    const { record } = await this.#store.findByHashAt(hash);
+    const { record, revision } = await this.#store.findByHashAt(hash);
     if (record === null) return null;
+    // The record may show a change whose writer is still waiting for the
+    // servers: answered now, a request here could succeed with the new
+    // state while another server, not yet told, still accepts the old
+    // (an --until-first-use rotation's old key after its first use).
+    await this.#settle(revision);
     const fresh = { record, expires: expiryMs(record) };
     // A batch of changes dropped records while this read was out: it may
     // predate one of them, so it answers this request only.
@@ -148,6 +158,27 @@ export class KeyLookup {
     this.#cache.set(hash, fresh);
     this.#hashes.set(record.id, hash);
     return fresh;
+  }
+
+  /**
+   * Resolves once every registered server has acknowledged `revision` or
+   * its lease has run out: at once when a read has already waited for it.
+   * One wait at a time per revision, shared by every read that needs it.
+   */
+  #settle(revision: bigint): Promise<void> | void {
+    if (revision <= this.#settled) return;
+    const settling = this.#settling;
+    if (settling !== null && settling.revision >= revision) {
+      return settling.done;
+    }
+    // This process's own acknowledgement is among those waited for.
+    if (this.#lease.applied < revision) this.#lease.poke();
+    const done = awaitAcknowledgement(this.#store, { revision }).then(() => {
+      if (revision > this.#settled) this.#settled = revision;
+      if (this.#settling?.done === done) this.#settling = null;
+    });
+    this.#settling = { revision, done };
+    return done;
   }
 
   /**

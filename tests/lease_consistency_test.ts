@@ -945,3 +945,64 @@ for (const { label, postgres } of STORES) {
     },
   });
 }
+
+// 6. An --until-first-use rotation, as an attacker broke it: the new key's
+// first use on one server, a second server reading the new key while a third,
+// frozen, has not yet heard of the retirement.
+
+for (const { label, postgres } of STORES) {
+  Deno.test({
+    name:
+      `${label}: once any server has answered the new key of an --until-first-use rotation, a frozen server refuses the old key when it resumes`,
+    ignore: postgres && NO_DATABASE,
+    async fn() {
+      using dir = tempDir();
+      await using store = await openStore(postgres);
+      const old = await createKey(dir.path, "linked", undefined, store.env);
+      const servers = await startServers(dir.path, store.env, 3);
+      const [a, b, c] = servers;
+      try {
+        const rotate = await keys(dir.path, [
+          "rotate",
+          "linked",
+          "--overlap",
+          "1h",
+          "--until-first-use",
+          "--yes",
+          "--json",
+        ], store.env);
+        assert.equal(rotate.code, 0, rotate.stderr);
+        const fresh = JSON.parse(rotate.stdout) as { key: string };
+        for (const server of servers) {
+          assert.equal((await call(server.url, old.key)).status, 200);
+        }
+        const frozen = serverPid(c);
+        signal(frozen, "SIGSTOP");
+        // The first use on A commits the retirement, then waits for C.
+        const first = call(a.url, fresh.key);
+        for (;;) {
+          const show = await keys(
+            dir.path,
+            ["show", String(old.id), "--json"],
+            store.env,
+          );
+          assert.equal(show.code, 0, show.stderr);
+          if (JSON.parse(show.stdout).status === "revoked") break;
+        }
+        // B reads the new key's record after the retirement committed.
+        assert.equal((await call(b.url, fresh.key)).status, 200);
+        // Sent after a 200 for the new key: it must be refused everywhere.
+        const late = call(c.url, old.key);
+        signal(frozen, "SIGCONT");
+        assert.equal(
+          (await late).status,
+          401,
+          "the frozen server accepted the old key after the new one was answered",
+        );
+        assert.equal((await first).status, 200);
+      } finally {
+        await stopAll(servers);
+      }
+    },
+  });
+}

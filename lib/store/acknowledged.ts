@@ -63,6 +63,15 @@ export interface AcknowledgeOptions {
   onCommitted?: () => void;
 }
 
+/** Options of {@linkcode awaitAcknowledgement} alone. */
+export interface AwaitOptions extends AcknowledgeOptions {
+  /**
+   * The revision to wait for, when it is known: a reader waits for the
+   * revision its read saw, not for whatever the store holds by then.
+   */
+  revision?: bigint;
+}
+
 /** The store, whose changes that alter what authenticates wait for every server. */
 export function acknowledged(
   store: KeyStore,
@@ -92,13 +101,13 @@ export function acknowledged(
  */
 export async function awaitAcknowledgement(
   store: Pick<KeyStore, "revision" | "instances" | "removeInstance">,
-  options: AcknowledgeOptions = {},
+  options: AwaitOptions = {},
 ): Promise<AcknowledgeReport> {
   const returned = performance.now();
   // No registration's lease counts as longer (leaseOf() below), so every
   // lease resting on a read older than the change has ended by then.
   const deadline = returned + LEASE_MS + LEASE_MARGIN_MS;
-  let revision: bigint | null = null;
+  let revision: bigint | null = options.revision ?? null;
   const waitedFor = new Set<string>();
   const lapsed: Lapsed[] = [];
   /** When each registration was first seen at its current version. */

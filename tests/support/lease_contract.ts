@@ -496,6 +496,139 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     }
   });
 
+  // Each change, made by another process (the raw store: its writer's wait
+  // is under way elsewhere), and the key whose record a second server then
+  // reads as changed. A third server, frozen, has not acknowledged it.
+  const UNACKNOWLEDGED: {
+    kind: string;
+    change: (
+      raw: KeyStore,
+      keys: { old: { key: string; id: number } },
+    ) => Promise<string>;
+  }[] = [
+    {
+      kind: "an --until-first-use retirement at the new key's first use",
+      async change(raw, { old }) {
+        const fresh = input("new");
+        const { created } = await raw.rotate(old.id, fresh.input, {
+          actor: ACTOR,
+          overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+          untilFirstUse: true,
+        });
+        // The frozen server acknowledged the rotation, not the retirement.
+        await ackAll(raw);
+        await raw.retire(created.id, { actor: "server", cause: "first_use" });
+        return fresh.key;
+      },
+    },
+    {
+      kind: "a rotation that revokes at once",
+      async change(raw, { old }) {
+        const fresh = input("new");
+        await raw.rotate(old.id, fresh.input, { actor: ACTOR });
+        return fresh.key;
+      },
+    },
+    {
+      kind: "a rotation with an overlap",
+      async change(raw, { old }) {
+        const fresh = input("new");
+        await raw.rotate(old.id, fresh.input, {
+          actor: ACTOR,
+          overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+        });
+        return fresh.key;
+      },
+    },
+    {
+      kind: "an allow-from change",
+      async change(raw, { old }) {
+        await raw.setAllowFrom(old.id, ["127.0.0.0/8"], { actor: ACTOR });
+        return old.key;
+      },
+    },
+    {
+      kind: "a create",
+      async change(raw) {
+        const fresh = input("new");
+        await raw.create(fresh.input, { actor: ACTOR });
+        return fresh.key;
+      },
+    },
+  ];
+
+  /** Marks every registration as having applied the current revision. */
+  async function ackAll(raw: KeyStore): Promise<void> {
+    const revision = await raw.revision();
+    for (const instance of await raw.instances()) {
+      await raw.renewInstance(
+        { ...instance, acked: revision },
+        instance.version,
+      );
+    }
+  }
+
+  for (const { kind, change } of UNACKNOWLEDGED) {
+    test(`a server that reads a key after ${kind} answers 200 only once every server has acknowledged it or its lease ran out`, async (shared) => {
+      const raw = await shared.open();
+      try {
+        const old = input("old");
+        const record = await raw.create(old.input, { actor: ACTOR });
+        // Frozen (SIGSTOP) after acknowledging everything before the change,
+        // with a short lease so that the test does not wait three seconds.
+        await raw.registerInstance(info("frozen", 300));
+        await ackAll(raw);
+        const key = await change(raw, { old: { key: old.key, id: record.id } });
+        const committed = await raw.revision();
+        await using reader = await server(shared);
+        const result = await reader.lookup.authenticate(key);
+        assert.equal(result.ok, true);
+        // At the moment of that 200, the frozen server either knows the
+        // change or holds no lease: an old state can be answered nowhere.
+        const frozen = (await raw.instances()).find((i) => i.id === "frozen");
+        assert.ok(
+          frozen === undefined || frozen.acked >= committed,
+          `the frozen server still owed revision ${committed} (acked ${frozen?.acked}) when the other answered 200`,
+        );
+      } finally {
+        await raw.close();
+      }
+    });
+  }
+
+  test("a server waiting on an unacknowledged change answers as soon as the owing server acknowledges, and leaves its registration", async (shared) => {
+    const raw = await shared.open();
+    try {
+      const old = input("old");
+      const record = await raw.create(old.input, { actor: ACTOR });
+      // A long lease: were it waited out, the registration would be removed.
+      await raw.registerInstance(info("slow", LEASE_MS));
+      await ackAll(raw);
+      await raw.setAllowFrom(record.id, ["127.0.0.0/8"], { actor: ACTOR });
+      await using reader = await server(shared);
+      let answered = false;
+      const answer = reader.lookup.authenticate(old.key).then((result) => {
+        answered = true;
+        return result;
+      });
+      // The reader has read the record and now waits on the registrations.
+      await until("the reader waits", () => reader.count("instances") > 0);
+      const owed = (await raw.instances()).find((i) => i.id === "slow")!;
+      assert.equal(answered, false, "answered while a server owed the change");
+      await raw.renewInstance(
+        { ...owed, acked: await raw.revision() },
+        owed.version,
+      );
+      assert.equal((await answer).ok, true);
+      assert.ok(
+        (await raw.instances()).some((i) => i.id === "slow"),
+        "the acknowledging server keeps its registration",
+      );
+    } finally {
+      await raw.close();
+    }
+  });
+
   test("model: whatever the order of creates, revokes, rotations and requests on two servers, each answers as the store does once a change returned", async (shared) => {
     const admin = acknowledged(await shared.open());
     await using one = await server(shared);
