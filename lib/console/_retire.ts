@@ -8,20 +8,19 @@
  */
 
 import { ImportStateError } from "../store/errors.ts";
-import { expiryMs } from "../store/records.ts";
 import type { KeyStore } from "../store/types.ts";
 
 /** Who the audit log says revoked a key whose lifetime ended. */
 export const EXPIRY_ACTOR = "expiry";
 
-/** Revokes every valid key past its deadline; returns how many. */
+/**
+ * Revokes every valid key past its deadline; returns how many. It reads the
+ * store's index of deadlines, so it costs as much at 100,000 keys as at 10.
+ */
 export async function retireDue(store: KeyStore): Promise<number> {
-  const now = Date.now();
   const due: number[] = [];
   try {
-    for await (const record of store.list()) {
-      if (expiryMs(record) <= now) due.push(record.id);
-    }
+    for await (const id of store.dueKeys(new Date())) due.push(id);
     for (const id of due) {
       await store.retire(id, { actor: EXPIRY_ACTOR, cause: "deadline" });
     }

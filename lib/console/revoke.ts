@@ -77,19 +77,20 @@ async function stillWorking(
   store: KeyStore,
   id: number,
 ): Promise<KeyRecord[]> {
-  const byReplacement = new Map<number, KeyRecord>();
+  // Read along the chain, not from a listing: the cost follows the chain.
   const now = Date.now();
-  for await (const listed of store.list()) {
-    const record = recordAt(listed, now);
-    if (record.status === "valid" && record.replacedBy !== null) {
-      byReplacement.set(record.replacedBy, record);
+  const found: KeyRecord[] = [];
+  const seen = new Set<number>([id]);
+  for (let next: number | undefined = id; next !== undefined;) {
+    const replacing = next;
+    next = undefined;
+    for await (const listed of store.predecessors(replacing)) {
+      const older = recordAt(listed, now);
+      if (older.status !== "valid" || seen.has(older.id)) continue;
+      seen.add(older.id);
+      found.push(older);
+      next = older.id;
     }
   }
-  const found: KeyRecord[] = [];
-  for (
-    let older = byReplacement.get(id);
-    older !== undefined && !found.includes(older);
-    older = byReplacement.get(older.id)
-  ) found.push(older);
   return found;
 }

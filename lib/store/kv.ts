@@ -52,6 +52,7 @@ import {
 } from "./errors.ts";
 import {
   AUDIT_DETAIL,
+  expiryMs,
   exportItems,
   MAX_KEY_ID,
   nameKey,
@@ -106,6 +107,18 @@ const refusedKey = (id: number) => ["refused", id] as const;
 const IMPORTING = ["importing"] as const;
 const IMPORT_REVISION = ["import_revision"] as const;
 const instanceKey = (id: string) => ["instances", id] as const;
+/**
+ * Secondary indexes, so that the console's housekeeping reads only what is
+ * due: a valid key's deadline (`["due", ms, id]`) and a key in a rotation's
+ * overlap under its replacement (`["replaced_by", replacement, id]`). An
+ * entry may outlive what it says (a key revoked or rotated since): readers
+ * check the record and delete the stale entry.
+ */
+const dueKey = (ms: number, id: number) => ["due", ms, id] as const;
+const replacedByKey = (replacement: number, id: number) =>
+  ["replaced_by", replacement, id] as const;
+/** Present once the indexes above cover every key (a store from before them has none). */
+const INDEXED = ["indexed"] as const;
 /** Beyond this many changed keys a reader forgets everything instead. */
 const MAX_CHANGES = 1000;
 /**
@@ -395,6 +408,65 @@ export class KvKeyStore implements KeyStore {
     const byName = await this.#kv.get<number>(keyByName(record.name));
     op.check(byName);
     if (byName.value === record.id) op.delete(keyByName(record.name));
+  }
+
+  async *dueKeys(now: Date): AsyncIterable<number> {
+    await this.#refuseWhileImporting();
+    await this.#ensureIndexed();
+    const until = now.getTime();
+    for await (
+      const entry of this.#kv.list({
+        start: ["due"],
+        end: dueKey(until, Number.MAX_SAFE_INTEGER),
+      })
+    ) {
+      const id = entry.key[2] as number;
+      const record = (await this.#kv.get<KeyRecord>(keyById(id))).value;
+      const current = record !== null &&
+        indexKeys(withLifecycle(record)).some((key) => sameKey(key, entry.key));
+      if (current) {
+        // The entry's time is the record's deadline, so it has passed.
+        yield id;
+      } else {
+        // Stale: the key was revoked, rotated or given another deadline.
+        await commitRetrying(this.#kv.atomic().check(entry).delete(entry.key));
+      }
+    }
+  }
+
+  async *predecessors(id: number): AsyncIterable<KeyRecord> {
+    await this.#refuseWhileImporting();
+    await this.#ensureIndexed();
+    for await (const entry of this.#kv.list({ prefix: ["replaced_by", id] })) {
+      const record = await this.get(entry.key[2] as number);
+      if (
+        record !== null && record.status === "valid" &&
+        record.replacedBy === id
+      ) {
+        yield record;
+      }
+    }
+  }
+
+  /**
+   * Builds the due and replaced-by indexes of a store written before they
+   * existed: one scan, once per store, then never again.
+   */
+  async #ensureIndexed(): Promise<void> {
+    if ((await this.#read(INDEXED)).value !== null) return;
+    const guard = await this.#kv.get(IMPORTING);
+    const batch = new _Batch(this.#kv, guard);
+    for await (
+      const entry of this.#kv.list<KeyRecord>({ prefix: ["keys"] }, {
+        batchSize: 500,
+      })
+    ) {
+      for (const key of indexKeys(withLifecycle(entry.value))) {
+        await batch.set(key, true);
+      }
+    }
+    await batch.set(INDEXED, true);
+    await batch.flush();
   }
 
   async *audit(options: { keyId?: number } = {}): AsyncIterable<AuditEntry> {
@@ -701,6 +773,9 @@ export class KvKeyStore implements KeyStore {
         };
         await batch.set(keyById(record.id), stored);
         await batch.set(keyByHash(record.hash), stored);
+        for (const key of indexKeys(withLifecycle(stored))) {
+          await batch.set(key, true);
+        }
         if (record.status === "valid" && record.replacedBy === null) {
           await batch.set(keyByName(record.name), record.id);
         }
@@ -743,6 +818,8 @@ export class KvKeyStore implements KeyStore {
       .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
       .set(REVISION, new Deno.KvU64(revision))
       .set(IMPORT_REVISION, new Deno.KvU64(revision))
+      // Every imported record wrote its index entries.
+      .set(INDEXED, true)
       .delete(IMPORTING);
     audit(op, new Date(), revision, {
       action: "import",
@@ -991,6 +1068,24 @@ function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
     refusedUses: [],
   };
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
+  for (const key of indexKeys(stored)) op.set(key, true);
+}
+
+/** The index entries a record calls for (none once it is revoked). */
+function indexKeys(record: KeyRecord): Deno.KvKey[] {
+  if (record.status !== "valid") return [];
+  const keys: Deno.KvKey[] = [];
+  // An unreadable deadline counts as passed (expiryMs), so it sorts first.
+  const due = Math.max(0, expiryMs(record));
+  if (due !== Infinity) keys.push(dueKey(due, record.id));
+  if (record.replacedBy !== null) {
+    keys.push(replacedByKey(record.replacedBy, record.id));
+  }
+  return keys;
+}
+
+function sameKey(a: Deno.KvKey, b: Deno.KvKey): boolean {
+  return a.length === b.length && a.every((part, i) => part === b[i]);
 }
 
 /**

@@ -249,6 +249,13 @@ export interface KeyStore extends InstanceRegistry {
   getByName(name: string): Promise<KeyRecord | null>;
   /** Records in id order, streamed; valid ones only unless `includeRevoked`. */
   list(options?: { includeRevoked?: boolean }): AsyncIterable<KeyRecord>;
+  /**
+   * The ids of valid keys whose deadline is at or before `now`, read from an
+   * index: the cost follows how many are due, not how many keys there are.
+   */
+  dueKeys(now: Date): AsyncIterable<number>;
+  /** The valid keys in a rotation's overlap whose replacement is key `id`. */
+  predecessors(id: number): AsyncIterable<KeyRecord>;
   /** Stores a new valid key under the next id. */
   create(input: NewKeyInput, options: ChangeOptions): Promise<KeyRecord>;
   /** Revokes a key; revoking a revoked key changes nothing. */

@@ -116,6 +116,74 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       await fn(store);
     });
 
+  test("model: dueKeys() names exactly the valid keys past their deadline, and predecessors() the overlaps under a key, whatever changes came before", async (store) => {
+    const now = Date.now();
+    const at = (minutes: number) =>
+      new Date(now + minutes * 60_000).toISOString();
+    // Deadlines in the past and the future, changed by rotations and ended
+    // by revocations: the index must follow each.
+    const step = fc.oneof(
+      fc.record({
+        kind: fc.constant("create" as const),
+        minutes: fc.option(fc.integer({ min: -90, max: 90 })),
+      }),
+      fc.record({ kind: fc.constant("revoke" as const), pick: fc.nat() }),
+      fc.record({
+        kind: fc.constant("rotate" as const),
+        pick: fc.nat(),
+        overlap: fc.option(fc.integer({ min: -30, max: 30 })),
+      }),
+    );
+    let names = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { maxLength: 8 }), async (steps) => {
+        for (const s of steps) {
+          const valid = (await collect(store.list())).filter((r) =>
+            r.replacedBy === null
+          );
+          if (s.kind === "create") {
+            await store.create({
+              ...input(`due-${++names}`),
+              expiresAt: s.minutes === null ? null : at(s.minutes),
+            }, { actor: ACTOR });
+          } else if (valid.length > 0) {
+            const target = valid[s.pick % valid.length];
+            if (s.kind === "revoke") {
+              await store.revoke(target.id, { actor: ACTOR });
+            } else {
+              const { hash, hint } = input("x");
+              await store.rotate(target.id, { hash, hint, expiresAt: null }, {
+                actor: ACTOR,
+                ...(s.overlap === null ? {} : { overlapUntil: at(s.overlap) }),
+              }).catch((error) => {
+                // A key whose own deadline has passed cannot be rotated.
+                if (!(error instanceof StoreInputError)) throw error;
+              });
+            }
+          }
+        }
+        const when = new Date(now);
+        const all = await collect(store.list({ includeRevoked: true }));
+        const expected = all.filter((r) =>
+          r.status === "valid" && r.expiresAt !== null &&
+          Date.parse(r.expiresAt) <= when.getTime()
+        ).map((r) => r.id).sort((a, b) => a - b);
+        const due = (await collect(store.dueKeys(when))).sort((a, b) => a - b);
+        assert.deepEqual(due, expected);
+        for (const record of all) {
+          const under = all.filter((r) =>
+            r.status === "valid" && r.replacedBy === record.id
+          ).map((r) => r.id);
+          const found = (await collect(store.predecessors(record.id))).map((
+            r,
+          ) => r.id);
+          assert.deepEqual(found.sort(), under.sort());
+        }
+      }),
+      { numRuns: 12 },
+    );
+  });
+
   test("create() hands out ids 1, 2, 3 and stores only the hash", async (store) => {
     const fresh = generateApiKey();
     const a = await store.create({

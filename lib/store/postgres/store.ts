@@ -267,6 +267,27 @@ export class PostgresKeyStore implements KeyStore {
     }
   }
 
+  async *dueKeys(now: Date): AsyncIterable<number> {
+    const rows = await this.#pool.call(() =>
+      this.#sql<{ id: string }[]>`
+        SELECT id FROM keys
+        WHERE status = 'valid' AND expires_at <= ${now}
+        ORDER BY id`
+    );
+    for (const row of rows) yield Number(row.id);
+  }
+
+  async *predecessors(id: number): AsyncIterable<KeyRecord> {
+    if (!Number.isSafeInteger(id)) return;
+    const rows = await this.#pool.call(() =>
+      this.#sql<KeyRow[]>`
+        ${this.#records()}
+        WHERE k.status = 'valid' AND k.replaced_by = ${id}
+        ORDER BY k.id`
+    );
+    for (const row of rows) yield toRecord(row, true);
+  }
+
   async *audit(options: { keyId?: number } = {}): AsyncIterable<AuditEntry> {
     const keyId = options.keyId ?? null;
     if (keyId !== null && !Number.isSafeInteger(keyId)) return;
