@@ -52,6 +52,25 @@ export function isWellFormedApiKey(value: string): boolean {
   return checksum(payload) === value.slice(KEY_LENGTH - CHECKSUM_LENGTH);
 }
 
+const PREFIXED = /isk_[0-9A-Za-z]{8}/i;
+const BODY_RUN = /[0-9A-Za-z]{36,}/g;
+
+/**
+ * True when the text holds what may be a key or most of one: the prefix
+ * (in any case) and 8 key characters, or 36 characters that with the prefix
+ * make a well-formed key (the checksum is public, so a key without its
+ * prefix is still recognisable). For text that must never be echoed.
+ */
+export function looksLikeApiKey(text: string): boolean {
+  if (PREFIXED.test(text)) return true;
+  for (const run of text.match(BODY_RUN) ?? []) {
+    for (let i = 0; i + 36 <= run.length; i++) {
+      if (isWellFormedApiKey(KEY_PREFIX + run.slice(i, i + 36))) return true;
+    }
+  }
+  return false;
+}
+
 /**
  * SHA-256 of the key, hex.
  *

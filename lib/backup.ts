@@ -171,6 +171,9 @@ export async function exportTo(
   }
   for (let attempt = 1;; attempt++) {
     const temp = `${folder}/.${base}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+    // The unfinished file holds hashes and e-mail addresses: Ctrl-C, a
+    // SIGTERM or a closed terminal must not leave it behind.
+    using _guard = removedOnSignal(temp);
     const before = await store.revision();
     const summary = await writeExport(store, {
       file,
@@ -287,6 +290,42 @@ async function writeExport(
   }
   handle.close();
   return summary;
+}
+
+/** Signals that end an export, with the exit code a shell gives them. */
+const INTERRUPTIONS: [Deno.Signal, number][] = [
+  ["SIGINT", 130],
+  ["SIGTERM", 143],
+  ["SIGHUP", 129],
+];
+
+/**
+ * Until disposed, an interrupting signal removes `path` and ends the
+ * process as the signal would have.
+ */
+function removedOnSignal(path: string): Disposable {
+  const listeners = INTERRUPTIONS.map(([signal, code]): [
+    Deno.Signal,
+    () => void,
+  ] => [signal, () => {
+    try {
+      Deno.removeSync(path);
+    } catch {
+      // Not created yet, or published and removed already.
+    }
+    console.error("Export interrupted; the unfinished file was removed");
+    Deno.exit(code);
+  }]);
+  for (const [signal, listener] of listeners) {
+    Deno.addSignalListener(signal, listener);
+  }
+  return {
+    [Symbol.dispose]() {
+      for (const [signal, listener] of listeners) {
+        Deno.removeSignalListener(signal, listener);
+      }
+    },
+  };
 }
 
 async function publish(temp: string, file: string): Promise<void> {

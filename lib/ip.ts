@@ -93,7 +93,8 @@ export function parseCidr(text: string): Cidr | null {
   let prefix: number = width;
   if (slash !== -1) {
     const raw = text.slice(slash + 1);
-    if (!/^\d{1,3}$/.test(raw)) return null;
+    // No leading zero: /032 is not a way of writing /32 anyone means.
+    if (!/^(0|[1-9]\d{0,2})$/.test(raw)) return null;
     prefix = Number(raw);
     // A mapped IPv4 range written in IPv6 form counts its prefix in IPv6 bits.
     if (address.family === 4 && text.includes(":")) prefix -= 96;

@@ -36,7 +36,7 @@ Deno.test("--help on the console and on every command prints usage and exits 0",
   for (const args of [[], ["--help"], ["help"]]) {
     const result = await keys(dir.path, args);
     assert.equal(result.code, 0);
-    assert.match(result.stdout, /Usage: deno task keys <command>/);
+    assert.match(result.stdout, /Usage: deno task -q keys <command>/);
     for (const command of COMMANDS) {
       assert.match(result.stdout, new RegExp(`\\n  ${command}\\b`));
     }
@@ -44,7 +44,10 @@ Deno.test("--help on the console and on every command prints usage and exits 0",
   for (const command of COMMANDS) {
     const result = await keys(dir.path, [command, "--help"]);
     assert.equal(result.code, 0, command);
-    assert.match(result.stdout, new RegExp(`Usage: deno task keys ${command}`));
+    assert.match(
+      result.stdout,
+      new RegExp(`Usage: deno task -q keys ${command}`),
+    );
     assert.match(result.stdout, /--json/);
   }
 });

@@ -372,3 +372,33 @@ Deno.test("a large export streams back in across read and write batches", async 
     }),
   );
 });
+
+Deno.test("an interrupted export removes its unfinished file, created 0600, whichever signal ends it", async () => {
+  for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
+    using dir = tempDir();
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--allow-read",
+        "--allow-write",
+        new URL("./support/hanging_export.ts", import.meta.url).pathname,
+        `${dir.path}/keys.jsonl`,
+      ],
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    // Waits for the event, the unfinished file appearing, however long it takes.
+    let temp: string | undefined;
+    while (temp === undefined) {
+      temp = [...Deno.readDirSync(dir.path)].map((e) => e.name)
+        .find((n) => n.endsWith(".tmp"));
+      if (temp === undefined) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal((await Deno.stat(`${dir.path}/${temp}`)).mode! & 0o777, 0o600);
+    child.kill(signal);
+    const status = await child.output();
+    assert.equal(status.code, code, signal);
+    const names = [...Deno.readDirSync(dir.path)].map((e) => e.name);
+    assert.deepEqual(names, [], `${signal} left ${names.join(", ")}`);
+  }
+});

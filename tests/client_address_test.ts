@@ -123,3 +123,19 @@ Deno.test("X-Forwarded-For entries with a port, as some load balancers write the
     "2001:db8::7",
   );
 });
+
+Deno.test("a range or address with a leading zero is refused, as some parsers read it as octal", () => {
+  for (
+    const text of [
+      "1.2.3.4/032",
+      "1.2.3.0/024",
+      "10.0.0.0/08",
+      "::1/0128",
+      "01.2.3.4",
+      "1.2.3.04/32",
+    ]
+  ) assert.equal(parseCidr(text), null, text);
+  assert.ok(parseCidr("1.2.3.4/32"));
+  assert.ok(parseCidr("0.0.0.0/0"));
+  assert.ok(parseCidr("10.0.0.0/8"));
+});

@@ -19,6 +19,7 @@ import {
   REASON_MAX,
 } from "../lib/store/records.ts";
 import type { KeyRecord } from "../lib/store/types.ts";
+import { InvalidFieldError } from "../lib/store/errors.ts";
 import { CHECK_ENV } from "../lib/check/config.ts";
 import { formatFirstLine } from "../lib/check/format.ts";
 import {
@@ -423,4 +424,47 @@ Deno.test("reasons are bounded and one line; actors are escaped and bounded; new
   assert.equal([...actor].length, ACTOR_MAX);
   assert.equal(normalizeActor(""), "unknown");
   assert.throws(() => normalizeName("payroll\u202e"), { field: "name" });
+});
+
+Deno.test("a name with an invisible character or an odd space is refused with exit 2, as it would look like another name", async () => {
+  for (
+    const invisible of [
+      "\u200b", // zero width space
+      "\u200d", // zero width joiner
+      "\u2060", // word joiner
+      "\ufeff", // byte order mark
+      "\u00ad", // soft hyphen
+      "\u00a0", // no-break space
+      "\u3000", // ideographic space
+      "\u3164", // Hangul filler
+      "\ufe0f", // variation selector
+      "\u{e0041}", // tag letter A
+    ]
+  ) {
+    assert.throws(
+      () => normalizeName(`berlin${invisible}erp`),
+      (error: InvalidFieldError) => error.problem === "invisible_characters",
+      JSON.stringify(invisible),
+    );
+  }
+  assert.equal(
+    normalizeName("berlin erp"),
+    "berlin erp",
+    "a plain space is fine",
+  );
+  using dir = tempDir();
+  await createKey(dir.path, "berlin-erp");
+  const result = await keys(dir.path, [
+    "create",
+    "--name",
+    "berlin\u200b-erp",
+    "--email",
+    "ops@example.com",
+  ]);
+  assert.equal(result.code, 2);
+  assert.match(
+    result.stderr,
+    /^--name: Name must not contain invisible characters/,
+  );
+  assert.doesNotMatch(result.stdout, /isk_/, "no key was made");
 });

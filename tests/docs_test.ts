@@ -307,7 +307,7 @@ Deno.test("every relative link in README.md and docs/ points to a file and headi
   assert.ok(checked > 20, `only ${checked} links found`);
 });
 
-/** The words of each `deno task keys …` command written in the docs and help texts. */
+/** The words of each `deno task -q keys …` command written in the docs and help texts. */
 function documentedConsoleCommands(): { where: string; args: string[] }[] {
   const sources: [string, string][] = [
     ["README.md", read("README.md")],
@@ -322,7 +322,7 @@ function documentedConsoleCommands(): { where: string; args: string[] }[] {
   ];
   const found: { where: string; args: string[] }[] = [];
   for (const [where, text] of sources) {
-    for (const match of text.matchAll(/deno task keys ([^\n`]*)/g)) {
+    for (const match of text.matchAll(/deno task (?:-q )?keys ([^\n`]*)/g)) {
       // Placeholders of the usage lines, not commands.
       if (/^<|\$\{/.test(match[1])) continue;
       // A usage line's optional parts ([--json]) are not arguments.
@@ -341,6 +341,25 @@ function documentedConsoleCommands(): { where: string; args: string[] }[] {
   }
   return found;
 }
+
+Deno.test("the README, the docs and --help run the console as deno task -q keys, so the task runner prints no argument", () => {
+  const commands = documentedConsoleCommands();
+  const sources = [
+    read("README.md"),
+    ...[...Deno.readDirSync(new URL("docs/", ROOT))].map((e) =>
+      read(`docs/${e.name}`)
+    ),
+    mainHelp(COMMANDS),
+    ...Object.values(COMMANDS).map(commandHelp),
+  ];
+  assert.ok(commands.length >= 15, `found only ${commands.length}`);
+  for (const text of sources) {
+    // Without -q, deno task prints "Task keys … ARGS" first: a key given
+    // by mistake, or a reason, would be repeated on the terminal.
+    const bare = text.match(/deno task keys [^\n`]*/);
+    assert.equal(bare, null, `"${bare?.[0]}" lets the task runner print it`);
+  }
+});
 
 Deno.test("every deno task keys command in the README, the docs and --help is one the console accepts", () => {
   const commands = documentedConsoleCommands();

@@ -103,6 +103,9 @@ async function runWalkThrough(deno: string[]): Promise<void> {
     // The key is printed once, into the variable: never on the terminal.
     const stdout = new TextDecoder().decode(walked.stdout);
     assert.doesNotMatch(stdout + stderr, /isk_(?!test_)[A-Za-z0-9_-]{20,}/);
+    // Nor does the task runner repeat a command line: its arguments may be
+    // a reason, a path, or a key typed by mistake.
+    assert.doesNotMatch(stderr, /Task keys/);
     Deno.kill(-server.pid, "SIGTERM");
     await drain;
   } finally {

@@ -163,6 +163,28 @@ Deno.test("loggablePath leaves a path without a key as it was sent", () => {
   for (
     const path of [ROUTE, "/", "/%2e%2e/etc", "/caf%C3%A9", "/isk_short"]
   ) {
-    assert.equal(loggablePath(path), path);
+    assert.equal(loggablePath(path, { routes: new Set([ROUTE]) }), path);
+  }
+});
+
+Deno.test("loggablePath withholds a key split across path segments shorter than 16 characters", () => {
+  const split = (size: number, separator: string) =>
+    "/" + KEY.match(new RegExp(`.{1,${size}}`, "g"))!.join(separator);
+  for (
+    const path of [
+      split(15, "/"),
+      split(8, "/"),
+      split(4, "/"),
+      split(1, "/"),
+      split(6, ";"),
+      split(5, "."),
+      split(8, "%2F"),
+      `/${KEY.slice(4, 12)}/${KEY.slice(12, 20)}`, // 16 characters of it
+      `${ROUTE}/${KEY.slice(4, 12)}/${KEY.slice(12, 20)}`,
+    ]
+  ) {
+    const logged = loggablePath(path, { routes: new Set([ROUTE]) });
+    assert.match(logged, /^\[redacted: /, path.length.toString());
+    assert.ok(!logged.includes(KEY.slice(4, 8)));
   }
 });

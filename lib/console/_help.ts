@@ -14,7 +14,7 @@ export function mainHelp(commands: Readonly<Record<string, Command>>): string {
   return [
     "Manage the API keys of the integration service.",
     "",
-    "Usage: deno task keys <command> [options]",
+    "Usage: deno task -q keys <command> [options]",
     "",
     "Commands:",
     ...all.map((c) => `  ${c.usage.padEnd(width)}  ${c.summary}`),
@@ -43,7 +43,7 @@ export function commandHelp(command: Command): string {
   return [
     `${command.summary[0].toUpperCase()}${command.summary.slice(1)}.`,
     "",
-    `Usage: deno task keys ${command.usage} [--json]`,
+    `Usage: deno task -q keys ${command.usage} [--json]`,
     "",
     "Options:",
     ...Object.entries(options).map(([option, spec]) =>

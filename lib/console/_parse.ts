@@ -6,8 +6,9 @@
  */
 
 import { parseArgs } from "node:util";
+import { looksLikeApiKey } from "../api_key.ts";
 import type { Command, Context } from "./command.ts";
-import { UsageError } from "./errors.ts";
+import { KeyArgumentError, UsageError } from "./errors.ts";
 import { commandHelp, mainHelp } from "./_help.ts";
 
 /** A command line that names a command to run. */
@@ -27,6 +28,9 @@ export function parse(
   args: string[],
   commands: Readonly<Record<string, Command>>,
 ): ParsedCommand | { help: string } {
+  // Before anything that could quote an argument back (an unknown command,
+  // an option node:util does not know, a key that is not found).
+  if (args.some(looksLikeApiKey)) throw new KeyArgumentError();
   const [name, ...rest] = args;
   if (
     name === undefined || name === "--help" || name === "-h" || name === "help"

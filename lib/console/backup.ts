@@ -30,7 +30,7 @@ export const exportCommand: Command = {
     'name only once complete. Restore it with "keys import FILE".',
     "",
     "FILE - writes the export to stdout, to pipe it elsewhere:",
-    "  deno task keys export - | ssh backup-host 'cat > keys.jsonl'",
+    "  deno task -q keys export - | ssh backup-host 'cat > keys.jsonl'",
     "If keys change meanwhile it stops without the end line, so that an import",
     "refuses what was written, and exits 1.",
   ],
@@ -71,7 +71,7 @@ export const importCommand: Command = {
     'change is refused until "keys import --abort" empties the store again.',
     "",
     "FILE - reads the export from stdin:",
-    "  deno task keys import - < /var/backups/keys.jsonl",
+    "  deno task -q keys import - < /var/backups/keys.jsonl",
   ],
   files: ([file]) =>
     file === undefined || file === STDIO || file === "" ? {} : { read: [file] },

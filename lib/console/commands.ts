@@ -9,6 +9,7 @@ import type { Command } from "./command.ts";
 import { audit } from "./audit.ts";
 import { exportCommand, importCommand } from "./backup.ts";
 import { create } from "./create.ts";
+import { identify } from "./identify.ts";
 import { list } from "./list.ts";
 import { revoke } from "./revoke.ts";
 import { rotate } from "./rotate.ts";
@@ -23,6 +24,7 @@ export const COMMANDS: Readonly<Record<string, Command>> = {
   update,
   revoke,
   rotate,
+  identify,
   audit,
   export: exportCommand,
   import: importCommand,

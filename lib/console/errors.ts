@@ -13,6 +13,22 @@ import { StoreInputError } from "../store/errors.ts";
 /** A wrong command line: exit code 2. */
 export class UsageError extends Error {}
 
+/**
+ * An argument that looks like an API key: refused without being echoed or
+ * looked up, since the command line is in the shell's history and in what
+ * the task runner prints. Exit code 2.
+ */
+export class KeyArgumentError extends UsageError {
+  /** Stable, for tests and callers: never match on the message. */
+  readonly code = "key_argument";
+
+  constructor() {
+    super(
+      'That argument looks like an API key, so it is neither shown nor looked up; to find which key a value is, pipe it to "deno task -q keys identify", which reads it from stdin (see keys identify --help)',
+    );
+  }
+}
+
 /** A command that could not be done, with a message meant for the admin as is: exit code 1. */
 export class CommandError extends Error {}
 

@@ -46,7 +46,7 @@ export const rotate: Command = {
   notes: [
     "",
     "The new key is printed once, on stdout; messages and the question go",
-    "to stderr, so NEW=$(deno task keys rotate KEY) captures only the key.",
+    "to stderr, so NEW=$(deno task -q keys rotate KEY) captures only the key.",
     "The old key stays valid until the new one is written: if stdout does not",
     "take it (the reader has exited), nothing changes and the command exits 1.",
     "With --overlap both keys work until the deadline (or, with",

@@ -65,6 +65,8 @@ function fieldProblem(error: InvalidFieldError): string {
       return "Name must not contain control characters";
     case "name:control_or_bidi_characters":
       return "Name must not contain control or bidirectional characters";
+    case "name:invisible_characters":
+      return "Name must not contain invisible characters or spaces other than the plain one (such as U+200B or U+00A0), as it would look like another name; retype it";
     case "name:all_digits":
       return "Name must not be all digits, as digits refer to a key id";
     case "email:not_an_address":

@@ -106,6 +106,8 @@ export function createRouter(
     });
   }
   const { authenticator, log, logRequest } = options;
+  // Logged as they are; any other path only when it cannot hold a key.
+  const loggable = { routes: new Set(table.keys()) };
   const proxies = { trustedProxies: options.trustedProxies ?? [] };
   const retryAfter = options.retryAfterSeconds ?? 5;
 
@@ -180,7 +182,7 @@ export function createRouter(
       } else {
         log?.({
           msg: "error",
-          path: loggablePath(path),
+          path: loggablePath(path, loggable),
           error: error instanceof Error ? error.name : typeof error,
         });
         response = internalError();
@@ -194,7 +196,7 @@ export function createRouter(
       const line: RequestLogLine = {
         requestId: nextRequestId(),
         method: loggableMethod(request.method),
-        path: loggablePath(path),
+        path: loggablePath(path, loggable),
         status: response.status,
         durationMs: Math.round((performance.now() - started) * 1000) / 1000,
         client,

@@ -43,11 +43,30 @@ export function keysInUrl(
  */
 const KEY_FRAGMENT = /[0-9A-Za-z]{16}/;
 
-/** A path fit for a log line: withheld whole when it holds a key in any spelling, or what may be most of one. */
-export function loggablePath(path: string): string {
+/**
+ * Letters and digits in all, across segments and separators: a key split
+ * into short segments (`/isk_AbCd/EfGh/…`, `;`, `.`) is this many or more.
+ */
+const KEY_CHARACTERS = /[0-9A-Za-z]/g;
+const SPREAD_LIMIT = 16;
+
+/**
+ * A path fit for a log line: a route of `routes` as it is; any other path
+ * withheld whole when it holds a key in any spelling, a run of 16 letters
+ * and digits, or 16 of them in all however they are split, which is what
+ * most of a key would take (and its checksum is public, so the rest
+ * follows). Paths that match no route are scanners' and typos': short ones
+ * are still logged as sent.
+ */
+export function loggablePath(
+  path: string,
+  options: { routes?: ReadonlySet<string> } = {},
+): string {
+  if (options.routes?.has(path)) return path;
   if (pathCarriesKey(path)) return "[redacted: a key in the path]";
-  const fragment = KEY_FRAGMENT.test(path) ||
-    (path.includes("%") && KEY_FRAGMENT.test(urlText(path)));
+  const text = path.includes("%") ? urlText(path) : path;
+  const fragment = KEY_FRAGMENT.test(path) || KEY_FRAGMENT.test(text) ||
+    (text.match(KEY_CHARACTERS)?.length ?? 0) >= SPREAD_LIMIT;
   return fragment ? "[redacted: a long token in the path]" : path;
 }
 

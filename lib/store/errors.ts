@@ -145,6 +145,8 @@ export type FieldProblem =
   | "too_long"
   | "control_characters"
   | "control_or_bidi_characters"
+  /** Characters that show as nothing or as a space (U+200B, U+00A0…). */
+  | "invisible_characters"
   /** A name of digits only, which would read as a key id. */
   | "all_digits"
   /** Not an e-mail address of at most `limit` characters. */

@@ -60,7 +60,8 @@ function tidyName(name: string): string {
 
 /**
  * Checks and tidies a new key name: at most {@linkcode NAME_MAX} characters,
- * not empty, not all digits, no control or bidirectional characters; throws
+ * not empty, not all digits, no control, bidirectional or invisible
+ * characters (see `INVISIBLE`); throws
  * {@linkcode InvalidFieldError} when unusable.
  */
 export function normalizeName(name: string): string {
@@ -68,8 +69,21 @@ export function normalizeName(name: string): string {
   if (hasControlCharacters(tidy)) {
     throw new InvalidFieldError("name", "control_or_bidi_characters");
   }
+  if (INVISIBLE.test(tidy)) {
+    throw new InvalidFieldError("name", "invisible_characters");
+  }
   return tidy;
 }
+
+/**
+ * Characters that show as nothing or as a plain space, so that two names
+ * that differ by them look the same in every listing and message: format
+ * characters (Unicode category Cf: U+200B zero width space, joiners, U+2060,
+ * U+FEFF, soft hyphen, tags), the combining grapheme joiner, variation
+ * selectors, Hangul fillers, and every space but U+0020.
+ */
+const INVISIBLE =
+  /[\p{Cf}\u034f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f\u{e0100}-\u{e01ef}]|(?! )\p{Z}/u;
 
 /** The form in which names are compared for uniqueness. */
 export function nameKey(name: string): string {
