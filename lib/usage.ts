@@ -20,6 +20,12 @@ import type { KeyRecord, KeyStore } from "./store/types.ts";
 import { REFUSED_KEPT } from "./store/usage_lists.ts";
 
 const MINUTE = 60_000;
+/**
+ * The most network notes one flush writes: a key used from that many new
+ * networks within seconds is news already, and memory and the audit log stay
+ * bounded. Notes past it are dropped and counted in one log line.
+ */
+export const NETWORK_NOTES_MAX = 10_000;
 
 /** Parsed ranges by the record's own array, so each cached record parses once. */
 const parsedRanges = new WeakMap<readonly string[], Cidr[]>();
@@ -55,6 +61,8 @@ export class UsageRecorder {
   /** `id network` → when last noted, to note each at most once a minute. */
   #noted = new Map<string, number>();
   #networks: { id: number; network: string; at: Date }[] = [];
+  /** Network notes dropped since the last flush, past NETWORK_NOTES_MAX. */
+  #dropped = 0;
   #refused = new Map<number, { address: string; at: Date }[]>();
   #timer: ReturnType<typeof setInterval>;
   #flushing: Promise<void> = Promise.resolve();
@@ -75,6 +83,10 @@ export class UsageRecorder {
     const network = networkKey(lockoutKey);
     const noted = `${id} ${network}`;
     if (now - (this.#noted.get(noted) ?? -Infinity) < MINUTE) return;
+    if (this.#networks.length >= NETWORK_NOTES_MAX) {
+      this.#dropped++;
+      return;
+    }
     this.#noted.set(noted, now);
     this.#networks.push({ id, network, at: new Date(now) });
   }
@@ -99,6 +111,10 @@ export class UsageRecorder {
     );
     this.#networks = [];
     this.#refused.clear();
+    if (this.#dropped > 0) {
+      this.#log?.({ msg: "network_notes_dropped", count: this.#dropped });
+      this.#dropped = 0;
+    }
     this.#forgetOld(Date.now());
     this.#flushing = this.#flushing
       .then(async () => {

@@ -41,9 +41,12 @@ Deno.test("the networks list stays bounded, distinct and first-seen ordered, wit
           for (let i = 1; i < list.length; i++) {
             assert.ok(list[i - 1].firstSeenAt <= list[i].firstSeenAt);
           }
-          for (const added of merged.added) {
-            assert.ok(!before.has(added) && names.includes(added));
-          }
+          // Every network new to the list is reported once, kept or not.
+          const fresh = new Set(
+            batch.map((u) => u.network).filter((n) => !before.has(n)),
+          );
+          assert.deepEqual(new Set(merged.added), fresh);
+          assert.equal(merged.added.length, fresh.size);
           const distinct = new Set([...before, ...batch.map((u) => u.network)]);
           assert.equal(list.length, Math.min(NETWORKS_KEPT, distinct.size));
         }

@@ -61,7 +61,8 @@ export function networkDetail(network: string): string {
  * `current` with `uses` merged in: a network already listed gets its last
  * seen time moved on (never back), a new one is appended, and only the
  * {@linkcode NETWORKS_KEPT} most recently seen stay, in first-seen order.
- * `added` lists the networks the list did not hold before.
+ * `added` lists every network the list did not hold before, including those
+ * that more recent ones pushed out of it in the same merge.
  */
 export function mergeNetworks(
   current: readonly NetworkUse[],
@@ -88,11 +89,9 @@ export function mergeNetworks(
     .sort((a, b) => cmp(b.lastSeenAt, a.lastSeenAt))
     .slice(0, NETWORKS_KEPT)
     .sort((a, b) => cmp(a.firstSeenAt, b.firstSeenAt));
-  const keptNames = new Set(kept.map((n) => n.network));
-  return {
-    networks: kept,
-    added: added.filter((n) => keptNames.has(n)),
-  };
+  // Every network new to the list is reported, kept or not: each first use
+  // from a network is audited, however many one flush brings.
+  return { networks: kept, added };
 }
 
 /** `current` with `uses` appended, oldest first, only the latest {@linkcode REFUSED_KEPT} kept. */

@@ -737,6 +737,28 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.deepEqual((await store.findByHashAt(key.hash)).record?.networks, []);
   });
 
+  test("recordNetworkUses() audits every new network of one flush, not only the five it keeps", async (store) => {
+    const key = await store.create(input("a"), { actor: ACTOR });
+    const t0 = Date.parse(key.createdAt);
+    const uses = Array.from({ length: 8 }, (_, i) => ({
+      id: key.id,
+      network: `198.51.${i}.0/24`,
+      at: new Date(t0 + i),
+    }));
+    const reported = await store.recordNetworkUses(uses);
+    assert.deepEqual(
+      reported.map((r) => r.network).sort(),
+      uses.map((u) => u.network).sort(),
+    );
+    const audited = (await collect(store.audit({ keyId: key.id })))
+      .filter((e) => e.action === "network").map((e) => e.detail).sort();
+    assert.deepEqual(
+      audited,
+      uses.map((u) => `first used from ${u.network}`).sort(),
+    );
+    assert.equal((await store.get(key.id))!.networks.length, 5);
+  });
+
   test("recordRefusedUses() keeps the latest ten, oldest first, without moving the revision", async (store) => {
     const key = await store.create(input("a"), { actor: ACTOR });
     const revision = await store.revision();
