@@ -16,7 +16,11 @@
  */
 
 import { BackupError } from "./lib/backup.ts";
-import { processEnv, readStoreLocation } from "./lib/config.ts";
+import {
+  processEnv,
+  readStoreLocation,
+  type StoreLocation,
+} from "./lib/config.ts";
 import { acknowledged, type Lapsed } from "./lib/store/acknowledged.ts";
 import { openStore } from "./lib/store/open.ts";
 import type { KeyStore } from "./lib/store/types.ts";
@@ -37,8 +41,20 @@ import {
 /** Commands that take the store as it is: a backup holds lifetimes as they stand. */
 const NO_RETIRING = new Set(["export", "import"]);
 
+/** Options of {@linkcode main}. */
+export interface MainOptions {
+  /**
+   * Opens the store the configuration names; {@linkcode openStore} unless
+   * set, e.g. by a test that needs shorter time limits than the defaults.
+   */
+  open?: (location: StoreLocation) => Promise<KeyStore>;
+}
+
 /** Runs the console with the given arguments; returns the exit code. */
-export async function main(args: string[]): Promise<number> {
+export async function main(
+  args: string[],
+  options: MainOptions = {},
+): Promise<number> {
   let store: KeyStore | undefined;
   const out = new Output();
   try {
@@ -55,7 +71,7 @@ export async function main(args: string[]): Promise<number> {
     requireGrants(consoleGrants(location, files), refusal);
     // Every change waits until each running server has dropped what it
     // replaced, or that server's lease has run out (lib/lease.ts).
-    store = acknowledged(await openStore(location), {
+    store = acknowledged(await (options.open ?? openStore)(location), {
       onWait: (pending, leaseMs) =>
         report(
           `Waiting up to ${leaseMs / 1000} s for ${

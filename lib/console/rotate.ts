@@ -6,7 +6,11 @@
  */
 
 import { generateApiKey } from "../api_key.ts";
-import { KeyCollisionError, RotateRevokedError } from "../store/errors.ts";
+import {
+  KeyCollisionError,
+  RotateRevokedError,
+  StoreUnavailableError,
+} from "../store/errors.ts";
 import { publicRecord, refuseRetiring } from "../store/records.ts";
 import type { KeyRecord, KeyStore, RotateOptions } from "../store/types.ts";
 import {
@@ -145,6 +149,11 @@ async function rotateAfterWrite(
     return await store.rotate(target.id, options.fresh, options.rotation);
   } catch (error) {
     const cause = failure(error);
+    // The store ended the transaction (committed or rolled back) before
+    // it answered, unless it says it cannot tell: only then is a read-back
+    // that finds no new key proof that none was stored.
+    const ended = !(error instanceof StoreUnavailableError &&
+      error.code === "change_unconfirmed");
     let state: string;
     try {
       // A commit whose answer was lost may still have happened.
@@ -161,6 +170,11 @@ async function rotateAfterWrite(
     } catch {
       state =
         `the store cannot say whether key ${target.id} is still valid; run "keys show ${target.id}" once it answers`;
+    }
+    if (!ended) {
+      throw new CommandError(
+        `The key written to stdout may or may not be stored, as the store did not say whether the rotation ended (${cause}); keep it until "keys show ${target.id}" answers: if key ${target.id} was replaced, the key written is its replacement, otherwise discard it and run the command again`,
+      );
     }
     throw new CommandError(
       `The key written to stdout was not stored and does not work (${cause}); discard it; ${state}; run the command again`,

