@@ -78,7 +78,16 @@ export async function main(
             servers(pending.length)
           } to confirm the change: ${pending.map(describeServer).join(", ")}`,
         ),
-      onAcknowledged: ({ lapsed }) => {
+      onAcknowledged: (done) => {
+        // Named, so that whoever finds the registration gone knows why.
+        for (const server of done.lapsed.filter((one) => one.broken)) {
+          report(
+            `Removed a broken server registration ${
+              JSON.stringify(server.id)
+            }: its fields could not be read, so every change would have waited for it; a server behind it registers afresh`,
+          );
+        }
+        const lapsed = done.lapsed.filter((server) => !server.broken);
         if (lapsed.length === 0) return;
         report(
           `${servers(lapsed.length)} did not confirm before ${
@@ -118,6 +127,9 @@ function servers(count: number): string {
 }
 
 function describeServer(server: Lapsed): string {
+  if (server.broken) {
+    return `a broken registration ${JSON.stringify(server.id)}`;
+  }
   return server.host === ""
     ? `pid ${server.pid}`
     : `pid ${server.pid} on ${server.host}`;

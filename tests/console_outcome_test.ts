@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { hashApiKey } from "../lib/api_key.ts";
 import { openPostgresStore } from "../lib/store/postgres/store.ts";
-import { createKey, tempDir } from "./support/processes.ts";
+import { createKey, keys, tempDir } from "./support/processes.ts";
 import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
 
 const LIMITED_CONSOLE =
@@ -168,3 +168,106 @@ Deno.test({
     }
   },
 });
+
+/** The stores a test runs on; PostgreSQL's are ignored without a database. */
+const STORES = [
+  { label: "KV", postgres: false },
+  { label: "PostgreSQL", postgres: true },
+] as const;
+
+/** A KV file in `cwd` (the console's default path), or a fresh database. */
+async function storeIn(cwd: string, postgres: boolean): Promise<
+  AsyncDisposable & {
+    env: Record<string, string>;
+    /** Writes a registration no server would write, under `id`. */
+    plantBroken(id: string): Promise<void>;
+    /** The ids of the registrations in the store. */
+    registrations(): Promise<string[]>;
+  }
+> {
+  if (!postgres) {
+    const path = `${cwd}/data/keys.db`;
+    const withKv = async <T>(work: (kv: Deno.Kv) => Promise<T>) => {
+      const kv = await Deno.openKv(path);
+      try {
+        return await work(kv);
+      } finally {
+        kv.close();
+      }
+    };
+    return {
+      env: {},
+      plantBroken: (id) =>
+        withKv(async (kv) => {
+          await kv.set(["instances", id], {
+            id,
+            host: "web-9",
+            pid: 4242,
+            startedAt: new Date().toISOString(),
+            leaseMs: 3000,
+            acked: "not a revision",
+          });
+        }),
+      registrations: () =>
+        withKv(async (kv) => {
+          const ids: string[] = [];
+          for await (const entry of kv.list({ prefix: ["instances"] })) {
+            ids.push(String(entry.key[1]));
+          }
+          return ids;
+        }),
+      async [Symbol.asyncDispose]() {},
+    };
+  }
+  const database = await freshDatabase();
+  return {
+    env: { DATABASE_URL: database.url },
+    async plantBroken(id) {
+      // A start time no clock gives: read back, it is no date at all.
+      await database.query(
+        `INSERT INTO instances (id, host, pid, started_at, lease_ms, acked)
+         VALUES ('${id}', 'web-9', 4242, 'infinity', 3000, 0)`,
+      );
+    },
+    async registrations() {
+      const rows = await database.query("SELECT id FROM instances");
+      return rows.map((row) => String(row.id));
+    },
+    [Symbol.asyncDispose]: () => database[Symbol.asyncDispose](),
+  };
+}
+
+for (const { label, postgres: onPostgres } of STORES) {
+  Deno.test({
+    name:
+      `${label}: a broken server registration is named and removed by the next change, and the change after it does not wait`,
+    ignore: onPostgres && NO_DATABASE,
+    async fn() {
+      using dir = tempDir();
+      await using store = await storeIn(dir.path, onPostgres);
+      const first = await createKey(dir.path, "first", undefined, store.env);
+      const second = await createKey(dir.path, "second", undefined, store.env);
+      await store.plantBroken("broken-1");
+
+      const named = await keys(
+        dir.path,
+        ["revoke", String(first.id), "--yes"],
+        store.env,
+      );
+      assert.equal(named.code, 0, named.stderr);
+      assert.match(
+        named.stderr,
+        /Removed a broken server registration "broken-1"/,
+      );
+      assert.deepEqual(await store.registrations(), []);
+
+      const next = await keys(
+        dir.path,
+        ["revoke", String(second.id), "--yes"],
+        store.env,
+      );
+      assert.equal(next.code, 0, next.stderr);
+      assert.doesNotMatch(next.stderr, /Waiting|broken|did not confirm/);
+    },
+  });
+}

@@ -38,8 +38,11 @@ const LEASE_MARGIN_MS = 50;
  */
 const REMOVAL_GRACE_MS = 250;
 
-/** A server that did not acknowledge, and whose lease ran out instead. */
-export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid">;
+/**
+ * A server that did not acknowledge, and whose lease ran out instead; or,
+ * `broken`, a registration that could not be read, removed the same way.
+ */
+export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken">;
 
 /** How a wait went, for progress lines and the benchmark. */
 export interface AcknowledgeReport {
@@ -192,5 +195,6 @@ function within<T>(work: Promise<T>, until: number): Promise<T> {
 }
 
 function describe(instance: InstanceRecord): Lapsed {
-  return { id: instance.id, host: instance.host, pid: instance.pid };
+  const { id, host, pid } = instance;
+  return instance.broken ? { id, host, pid, broken: true } : { id, host, pid };
 }

@@ -69,6 +69,7 @@ import type {
   RotateResult,
 } from "../types.ts";
 import { bounded } from "../../_bounded.ts";
+import { readRegistration } from "../registrations.ts";
 import {
   asUnavailable,
   callTimeoutMs,
@@ -629,15 +630,15 @@ export class PostgresKeyStore implements KeyStore {
         }[]
       >`SELECT * FROM instances ORDER BY started_at, id`
     );
-    return rows.map((row) => ({
-      id: row.id,
-      host: row.host,
-      pid: row.pid,
-      startedAt: row.started_at.toISOString(),
-      leaseMs: row.lease_ms,
-      acked: BigInt(row.acked),
-      version: row.version,
-    }));
+    return rows.map((row) =>
+      readRegistration({
+        host: row.host,
+        pid: row.pid,
+        startedAt: row.started_at,
+        leaseMs: row.lease_ms,
+        acked: row.acked,
+      }, { id: row.id, version: row.version })
+    );
   }
 
   async removeInstance(
