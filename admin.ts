@@ -4,7 +4,8 @@
  * one file each, listed in `lib/console/commands.ts`.
  *
  * Exit codes: 0 done, 1 the command failed (unknown key, name taken, store
- * unavailable, a confirmation answered no), 2 the command line was wrong.
+ * unavailable, a confirmation answered no), 2 the command line was wrong,
+ * 3 a change was made but Ctrl-C ended the wait for servers to confirm it.
  * With `--json`, stdout carries exactly one JSON value; every message goes to
  * stderr.
  *
@@ -21,7 +22,10 @@ import {
   readStoreLocation,
   type StoreLocation,
 } from "./lib/config.ts";
-import { acknowledged, type Lapsed } from "./lib/store/acknowledged.ts";
+import {
+  acknowledged,
+  WaitInterruptedError,
+} from "./lib/store/acknowledged.ts";
 import { openStore } from "./lib/store/open.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
@@ -30,6 +34,11 @@ import { failure, UsageError } from "./lib/console/errors.ts";
 import { Output, report } from "./lib/console/_output.ts";
 import { parse } from "./lib/console/_parse.ts";
 import { retireDue } from "./lib/console/_retire.ts";
+import {
+  describeServer,
+  INTERRUPTED_WAIT_EXIT,
+  interruptedWaitMessage,
+} from "./lib/console/_interrupted.ts";
 import {
   CONSOLE_VARIABLES,
   consoleGrants,
@@ -57,6 +66,18 @@ export async function main(
 ): Promise<number> {
   let store: KeyStore | undefined;
   const out = new Output();
+  // Ctrl-C once a change is made only ends the wait for servers, so that
+  // the console can say what the store holds (the default would exit 130,
+  // silent); before and after, it interrupts as usual.
+  const interrupt = new AbortController();
+  const stopWaiting = () => interrupt.abort();
+  let listening = false;
+  const listen = (on: boolean) => {
+    if (on === listening) return;
+    listening = on;
+    if (on) Deno.addSignalListener("SIGINT", stopWaiting);
+    else Deno.removeSignalListener("SIGINT", stopWaiting);
+  };
   try {
     const parsed = parse(args, COMMANDS);
     if ("help" in parsed) {
@@ -72,6 +93,8 @@ export async function main(
     // Every change waits until each running server has dropped what it
     // replaced, or that server's lease has run out (lib/lease.ts).
     store = acknowledged(await (options.open ?? openStore)(location), {
+      signal: interrupt.signal,
+      onCommitted: () => listen(true),
       onWait: (pending, leaseMs) =>
         report(
           `Waiting up to ${leaseMs / 1000} s for ${
@@ -79,6 +102,7 @@ export async function main(
           } to confirm the change: ${pending.map(describeServer).join(", ")}`,
         ),
       onAcknowledged: (done) => {
+        listen(false);
         // Named, so that whoever finds the registration gone knows why.
         for (const server of done.lapsed.filter((one) => one.broken)) {
           report(
@@ -104,6 +128,10 @@ export async function main(
   } catch (error) {
     // What a failed command queued is incomplete: only its message goes out.
     out.discard();
+    if (error instanceof WaitInterruptedError) {
+      report(interruptedWaitMessage(error));
+      return INTERRUPTED_WAIT_EXIT;
+    }
     // A FILE outside ./data is a usage error too: the admin typed it.
     if (
       error instanceof UsageError ||
@@ -117,6 +145,7 @@ export async function main(
     );
     return 1;
   } finally {
+    listen(false);
     out.flush();
     await store?.close();
   }
@@ -124,15 +153,6 @@ export async function main(
 
 function servers(count: number): string {
   return count === 1 ? "1 server" : `${count} servers`;
-}
-
-function describeServer(server: Lapsed): string {
-  if (server.broken) {
-    return `a broken registration ${JSON.stringify(server.id)}`;
-  }
-  return server.host === ""
-    ? `pid ${server.pid}`
-    : `pid ${server.pid} on ${server.host}`;
 }
 
 /**

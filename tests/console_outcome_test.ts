@@ -11,7 +11,14 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { hashApiKey } from "../lib/api_key.ts";
 import { openPostgresStore } from "../lib/store/postgres/store.ts";
-import { createKey, keys, tempDir } from "./support/processes.ts";
+import {
+  createKey,
+  keys,
+  type ServerProcess,
+  startServer,
+  taskCommand,
+  tempDir,
+} from "./support/processes.ts";
 import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
 
 const LIMITED_CONSOLE =
@@ -26,18 +33,26 @@ interface RunningConsole {
   finished(): Promise<{ code: number; stdout: string; stderr: string }>;
 }
 
+/** The console with a PostgreSQL time limit of `args[0]` ms. */
 function spawnConsole(
   args: string[],
   options: { cwd: string; env: Record<string, string> },
 ): RunningConsole {
-  const process = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", LIMITED_CONSOLE, ...args],
-    cwd: options.cwd,
-    env: options.env,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  return watched(
+    new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", LIMITED_CONSOLE, ...args],
+      cwd: options.cwd,
+      env: options.env,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }),
+  );
+}
+
+/** Spawns `command`, whose stdout and stderr are piped. */
+function watched(command: Deno.Command): RunningConsole {
+  const process = command.spawn();
   let stderr = "";
   const waiting: { pattern: RegExp; resolve: (text: string) => void }[] = [];
   const settle = () => {
@@ -270,4 +285,93 @@ for (const { label, postgres: onPostgres } of STORES) {
       assert.doesNotMatch(next.stderr, /Waiting|broken|did not confirm/);
     },
   });
+}
+
+/** Sends `signal` to `pid`, which may be gone already. */
+function signal(pid: number, name: Deno.Signal): void {
+  try {
+    Deno.kill(pid, name);
+  } catch {
+    // already gone
+  }
+}
+
+/** The state letter of a process in /proc (T: stopped by a signal). */
+function processState(pid: number): string {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
+}
+
+for (const { label, postgres: onPostgres } of STORES) {
+  Deno.test({
+    name:
+      `${label}: Ctrl-C during the wait for a paused server says the key is revoked in the store and which server had not confirmed it, and exits 3`,
+    ignore: onPostgres && NO_DATABASE,
+    async fn() {
+      using dir = tempDir();
+      await using store = await storeIn(dir.path, onPostgres);
+      const target = await createKey(dir.path, "target", undefined, store.env);
+      let server: ServerProcess | undefined;
+      try {
+        server = await startServer(dir.path, {
+          HOST: "127.0.0.1",
+          ...store.env,
+        });
+        const pid = server.process.pid;
+        // Registered once it has answered from a lease it holds.
+        const answer = await fetch(
+          `${server.url}/api/v1/integration/connection`,
+          { headers: { "X-API-Key": target.key } },
+        );
+        await answer.body?.cancel();
+        assert.equal(answer.status, 200);
+        await storeHolds(store, 1);
+        signal(pid, "SIGSTOP");
+        await eventually(
+          () => Promise.resolve(processState(pid) === "T"),
+          "the server's stop",
+        );
+
+        const console = watched(
+          taskCommand("keys", {
+            cwd: dir.path,
+            args: ["revoke", String(target.id), "--yes"],
+            env: store.env,
+          }),
+        );
+        await console.printed(/Waiting up to/);
+        console.process.kill("SIGINT");
+        const result = await console.finished();
+        assert.equal(result.code, 3, result.stderr);
+        assert.match(
+          result.stderr,
+          new RegExp(
+            `Key ${target.id} is revoked in the store; 1 server had not yet confirmed it: pid ${pid}\\b.*; it stops accepting key ${target.id} within \\d+(\\.\\d)? s, when its lease runs out`,
+          ),
+        );
+        const shown = await keys(
+          dir.path,
+          ["show", String(target.id), "--json"],
+          store.env,
+        );
+        assert.equal(JSON.parse(shown.stdout).status, "revoked");
+      } finally {
+        if (server !== undefined) {
+          signal(server.process.pid, "SIGCONT");
+          await server.stop();
+        }
+      }
+    },
+  });
+}
+
+/** Waits until the store holds `count` server registrations. */
+async function storeHolds(
+  store: { registrations(): Promise<string[]> },
+  count: number,
+): Promise<void> {
+  await eventually(
+    async () => (await store.registrations()).length === count,
+    `${count} registrations`,
+  );
 }
