@@ -4,7 +4,8 @@
  * one file each, listed in `lib/console/commands.ts`.
  *
  * Exit codes: 0 done, 1 the command failed (unknown key, name taken, store
- * unavailable, a confirmation answered no), 2 the command line was wrong.
+ * unavailable, a confirmation answered no), 2 the command line was wrong,
+ * 3 a change was made but Ctrl-C ended the wait for servers to confirm it.
  * With `--json`, stdout carries exactly one JSON value; every message goes to
  * stderr.
  *
@@ -16,8 +17,15 @@
  */
 
 import { BackupError } from "./lib/backup.ts";
-import { processEnv, readStoreLocation } from "./lib/config.ts";
-import { acknowledged, type Lapsed } from "./lib/store/acknowledged.ts";
+import {
+  processEnv,
+  readStoreLocation,
+  type StoreLocation,
+} from "./lib/config.ts";
+import {
+  acknowledged,
+  WaitInterruptedError,
+} from "./lib/store/acknowledged.ts";
 import { openStore } from "./lib/store/open.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
@@ -26,6 +34,11 @@ import { failure, UsageError } from "./lib/console/errors.ts";
 import { Output, report } from "./lib/console/_output.ts";
 import { parse } from "./lib/console/_parse.ts";
 import { retireDue } from "./lib/console/_retire.ts";
+import {
+  describeServer,
+  INTERRUPTED_WAIT_EXIT,
+  interruptedWaitMessage,
+} from "./lib/console/_interrupted.ts";
 import {
   CONSOLE_VARIABLES,
   consoleGrants,
@@ -37,10 +50,34 @@ import {
 /** Commands that take the store as it is: a backup holds lifetimes as they stand. */
 const NO_RETIRING = new Set(["export", "import"]);
 
+/** Options of {@linkcode main}. */
+export interface MainOptions {
+  /**
+   * Opens the store the configuration names; {@linkcode openStore} unless
+   * set, e.g. by a test that needs shorter time limits than the defaults.
+   */
+  open?: (location: StoreLocation) => Promise<KeyStore>;
+}
+
 /** Runs the console with the given arguments; returns the exit code. */
-export async function main(args: string[]): Promise<number> {
+export async function main(
+  args: string[],
+  options: MainOptions = {},
+): Promise<number> {
   let store: KeyStore | undefined;
   const out = new Output();
+  // Ctrl-C once a change is made only ends the wait for servers, so that
+  // the console can say what the store holds (the default would exit 130,
+  // silent); before and after, it interrupts as usual.
+  const interrupt = new AbortController();
+  const stopWaiting = () => interrupt.abort();
+  let listening = false;
+  const listen = (on: boolean) => {
+    if (on === listening) return;
+    listening = on;
+    if (on) Deno.addSignalListener("SIGINT", stopWaiting);
+    else Deno.removeSignalListener("SIGINT", stopWaiting);
+  };
   try {
     const parsed = parse(args, COMMANDS);
     if ("help" in parsed) {
@@ -55,14 +92,26 @@ export async function main(args: string[]): Promise<number> {
     requireGrants(consoleGrants(location, files), refusal);
     // Every change waits until each running server has dropped what it
     // replaced, or that server's lease has run out (lib/lease.ts).
-    store = acknowledged(await openStore(location), {
+    store = acknowledged(await (options.open ?? openStore)(location), {
+      signal: interrupt.signal,
+      onCommitted: () => listen(true),
       onWait: (pending, leaseMs) =>
         report(
           `Waiting up to ${leaseMs / 1000} s for ${
             servers(pending.length)
           } to confirm the change: ${pending.map(describeServer).join(", ")}`,
         ),
-      onAcknowledged: ({ lapsed }) => {
+      onAcknowledged: (done) => {
+        listen(false);
+        // Named, so that whoever finds the registration gone knows why.
+        for (const server of done.lapsed.filter((one) => one.broken)) {
+          report(
+            `Removed a broken server registration ${
+              JSON.stringify(server.id)
+            }: its fields could not be read, so every change would have waited for it; a server behind it registers afresh`,
+          );
+        }
+        const lapsed = done.lapsed.filter((server) => !server.broken);
         if (lapsed.length === 0) return;
         report(
           `${servers(lapsed.length)} did not confirm before ${
@@ -79,6 +128,10 @@ export async function main(args: string[]): Promise<number> {
   } catch (error) {
     // What a failed command queued is incomplete: only its message goes out.
     out.discard();
+    if (error instanceof WaitInterruptedError) {
+      report(interruptedWaitMessage(error));
+      return INTERRUPTED_WAIT_EXIT;
+    }
     // A FILE outside ./data is a usage error too: the admin typed it.
     if (
       error instanceof UsageError ||
@@ -92,6 +145,7 @@ export async function main(args: string[]): Promise<number> {
     );
     return 1;
   } finally {
+    listen(false);
     out.flush();
     await store?.close();
   }
@@ -99,12 +153,6 @@ export async function main(args: string[]): Promise<number> {
 
 function servers(count: number): string {
   return count === 1 ? "1 server" : `${count} servers`;
-}
-
-function describeServer(server: Lapsed): string {
-  return server.host === ""
-    ? `pid ${server.pid}`
-    : `pid ${server.pid} on ${server.host}`;
 }
 
 /**

@@ -11,6 +11,7 @@ import {
   publicRecord,
 } from "../store/records.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
+import { WaitInterruptedError } from "../store/acknowledged.ts";
 import type { Command } from "./command.ts";
 import {
   refuseDiscardingStdout,
@@ -56,14 +57,24 @@ export const create: Command = {
       : null;
     refuseDiscardingStdout();
     const fresh = generateApiKey();
-    const record = await store.create({
-      name,
-      email,
-      hash: fresh.hash,
-      hint: fresh.hint,
-      expiresAt,
-      allowFrom,
-    }, { actor });
+    let record: KeyRecord;
+    let interrupted: WaitInterruptedError | null = null;
+    try {
+      record = await store.create({
+        name,
+        email,
+        hash: fresh.hash,
+        hint: fresh.hint,
+        expiresAt,
+        allowFrom,
+      }, { actor });
+    } catch (error) {
+      if (!(error instanceof WaitInterruptedError)) throw error;
+      // Stored, and nobody else has the key: it goes out before the
+      // interruption is reported.
+      interrupted = error;
+      record = error.result as KeyRecord;
+    }
     // Stored first, so that a key on stdout always works; a key nobody
     // received is revoked again, which touches no other key.
     try {
@@ -76,6 +87,7 @@ export const create: Command = {
     } catch (error) {
       throw await undeliveredCreate(store, record, { error, actor });
     }
+    if (interrupted !== null) throw interrupted;
     report(
       `Created key ${named(record)} for ${visible(record.email)}${
         record.expiresAt === null ? "" : `, expiring at ${record.expiresAt}`

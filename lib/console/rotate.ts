@@ -6,9 +6,19 @@
  */
 
 import { generateApiKey } from "../api_key.ts";
-import { KeyCollisionError, RotateRevokedError } from "../store/errors.ts";
+import {
+  KeyCollisionError,
+  RotateRevokedError,
+  StoreUnavailableError,
+} from "../store/errors.ts";
 import { publicRecord, refuseRetiring } from "../store/records.ts";
-import type { KeyRecord, KeyStore, RotateOptions } from "../store/types.ts";
+import type {
+  KeyRecord,
+  KeyStore,
+  RotateOptions,
+  RotateResult,
+} from "../store/types.ts";
+import { WaitInterruptedError } from "../store/acknowledged.ts";
 import {
   type Command,
   CONFIRM_NOTES,
@@ -94,10 +104,21 @@ export const rotate: Command = {
         }); nothing changed and key ${target.id} is still valid; run the command again with stdout to a terminal, a file or a live pipe`,
       );
     }
-    const { revoked, created } = await rotateAfterWrite(store, target, {
-      fresh: { ...fresh, expiresAt: replacementExpiry({ now }) },
-      rotation: { actor, ...overlap },
-    });
+    let rotated: RotateResult;
+    let interrupted: WaitInterruptedError | null = null;
+    try {
+      rotated = await rotateAfterWrite(store, target, {
+        fresh: { ...fresh, expiresAt: replacementExpiry({ now }) },
+        rotation: { actor, ...overlap },
+      });
+    } catch (error) {
+      if (!(error instanceof WaitInterruptedError)) throw error;
+      // The store holds the new key: its value is finished before the
+      // interruption is reported, or its reader would discard it.
+      interrupted = error;
+      rotated = error.result as RotateResult;
+    }
+    const { revoked, created } = rotated;
     try {
       out.deliver(
         json
@@ -116,6 +137,7 @@ export const rotate: Command = {
         }); if whatever read stdout did not keep the new key, rotate key ${created.id} again`,
       );
     }
+    if (interrupted !== null) throw interrupted;
     report(
       `${
         revoked.status === "valid"
@@ -144,7 +166,14 @@ async function rotateAfterWrite(
   try {
     return await store.rotate(target.id, options.fresh, options.rotation);
   } catch (error) {
+    // Made: nothing to read back.
+    if (error instanceof WaitInterruptedError) throw error;
     const cause = failure(error);
+    // The store ended the transaction (committed or rolled back) before
+    // it answered, unless it says it cannot tell: only then is a read-back
+    // that finds no new key proof that none was stored.
+    const ended = !(error instanceof StoreUnavailableError &&
+      error.code === "change_unconfirmed");
     let state: string;
     try {
       // A commit whose answer was lost may still have happened.
@@ -161,6 +190,11 @@ async function rotateAfterWrite(
     } catch {
       state =
         `the store cannot say whether key ${target.id} is still valid; run "keys show ${target.id}" once it answers`;
+    }
+    if (!ended) {
+      throw new CommandError(
+        `The key written to stdout may or may not be stored, as the store did not say whether the rotation ended (${cause}); keep it until "keys show ${target.id}" answers: if key ${target.id} was replaced, the key written is its replacement, otherwise discard it and run the command again`,
+      );
     }
     throw new CommandError(
       `The key written to stdout was not stored and does not work (${cause}); discard it; ${state}; run the command again`,

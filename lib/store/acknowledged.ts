@@ -38,8 +38,11 @@ const LEASE_MARGIN_MS = 50;
  */
 const REMOVAL_GRACE_MS = 250;
 
-/** A server that did not acknowledge, and whose lease ran out instead. */
-export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid">;
+/**
+ * A server that did not acknowledge, and whose lease ran out instead; or,
+ * `broken`, a registration that could not be read, removed the same way.
+ */
+export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken">;
 
 /** How a wait went, for progress lines and the benchmark. */
 export interface AcknowledgeReport {
@@ -51,6 +54,37 @@ export interface AcknowledgeReport {
   servers: number;
   /** Those whose lease ran out rather than acknowledge. */
   lapsed: Lapsed[];
+  /** The wait was ended early by `signal`: the change is made, not yet acknowledged everywhere. */
+  interrupted: boolean;
+  /** When interrupted: the servers that still owed an acknowledgement. */
+  owing: Lapsed[];
+  /** When interrupted: milliseconds until the lease of every server owing has run out. */
+  remainingMs: number;
+}
+
+/**
+ * A change was made, but the wait for its acknowledgements was interrupted
+ * (`signal`, Ctrl-C at the console): what the change returned, and how the
+ * wait stood.
+ */
+export class WaitInterruptedError extends Error {
+  override name = "WaitInterruptedError";
+  /** The store method that made the change: "revoke", "rotate" … */
+  readonly change: string;
+  /** What that method returned. */
+  readonly result: unknown;
+  readonly report: AcknowledgeReport;
+
+  constructor(
+    change: string,
+    result: unknown,
+    options: { report: AcknowledgeReport },
+  ) {
+    super(`The ${change} is made; its wait for servers was interrupted`);
+    this.change = change;
+    this.result = result;
+    this.report = options.report;
+  }
 }
 
 /** Options of {@linkcode acknowledged} and {@linkcode awaitAcknowledgement}. */
@@ -61,6 +95,12 @@ export interface AcknowledgeOptions {
   onAcknowledged?: (report: AcknowledgeReport) => void;
   /** Called right after a change commits, before the wait: e.g. to poke this process's own lease. */
   onCommitted?: () => void;
+  /**
+   * Ends a wait early once aborted: the report says `interrupted`, and a
+   * change through {@linkcode acknowledged} throws
+   * {@linkcode WaitInterruptedError} with its result instead of returning.
+   */
+  signal?: AbortSignal;
 }
 
 /** Options of {@linkcode awaitAcknowledgement} alone. */
@@ -85,7 +125,10 @@ export function acknowledged(
       return async (...args: unknown[]) => {
         const result = await value.apply(target, args);
         options.onCommitted?.();
-        await awaitAcknowledgement(target, options);
+        const report = await awaitAcknowledgement(target, options);
+        if (report.interrupted) {
+          throw new WaitInterruptedError(String(property), result, { report });
+        }
         return result;
       };
     },
@@ -114,22 +157,34 @@ export async function awaitAcknowledgement(
   const seen = new Map<string, { version: string; since: number }>();
   let told = false;
   let owing: InstanceRecord[] = [];
-  const report = (): AcknowledgeReport => {
+  const { signal } = options;
+  // Settles only when aborted: every await of the wait races it.
+  const stopped = new Promise<"stopped">((resolve) => {
+    if (signal?.aborted) resolve("stopped");
+    signal?.addEventListener("abort", () => resolve("stopped"), {
+      once: true,
+    });
+  });
+  const report = (interrupted = false): AcknowledgeReport => {
     const done = {
       revision: revision ?? -1n,
       waitedMs: performance.now() - returned,
       servers: waitedFor.size,
       lapsed,
+      interrupted,
+      owing: interrupted ? owing.map(describe) : [],
+      remainingMs: interrupted ? Math.max(0, deadline - performance.now()) : 0,
     };
     options.onAcknowledged?.(done);
     return done;
   };
   for (let delay = 2;; delay = Math.min(delay * 2, 50)) {
+    if (signal?.aborted) return report(true);
     try {
       // Each read is cut off at the deadline: a store that hangs (a frozen
       // database, up to its driver's 15 s limit) holds no change up past it.
-      revision ??= await within(store.revision(), deadline);
-      const registrations = await within(store.instances(), deadline);
+      revision ??= await within(store.revision(), deadline, stopped);
+      const registrations = await within(store.instances(), deadline, stopped);
       // After the read: a version seen now was written before this moment.
       const now = performance.now();
       const pending: InstanceRecord[] = [];
@@ -179,7 +234,12 @@ export async function awaitAcknowledgement(
       lapsed.push(...owing.map(describe));
       return report();
     }
-    await new Promise((resolve) => setTimeout(resolve, delay));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      new Promise((resolve) => timer = setTimeout(resolve, delay)),
+      stopped,
+    ]);
+    clearTimeout(timer);
   }
 }
 
@@ -195,11 +255,23 @@ function leaseOf(instance: InstanceRecord): number {
     : LEASE_MS;
 }
 
-/** `work`, or DeadlineError once monotonic time `until` has come. */
-function within<T>(work: Promise<T>, until: number): Promise<T> {
-  return bounded(work, Math.max(0, until - performance.now()));
+/**
+ * `work`, or DeadlineError once monotonic time `until` has come; with
+ * `stopped`, also a rejection once it settles.
+ */
+function within<T>(
+  work: Promise<T>,
+  until: number,
+  stopped?: Promise<unknown>,
+): Promise<T> {
+  const bound = bounded(work, Math.max(0, until - performance.now()));
+  return stopped === undefined ? bound : Promise.race([
+    bound,
+    stopped.then(() => Promise.reject(new Error("wait interrupted"))),
+  ]);
 }
 
 function describe(instance: InstanceRecord): Lapsed {
-  return { id: instance.id, host: instance.host, pid: instance.pid };
+  const { id, host, pid } = instance;
+  return instance.broken ? { id, host, pid, broken: true } : { id, host, pid };
 }

@@ -41,7 +41,9 @@ export type StoreUnavailableCode =
   /** Too many request-path reads already wait on an unanswering store. */
   | "store_overloaded"
   /** A change got no answer in time: it may or may not have been made. */
-  | "change_unconfirmed";
+  | "change_unconfirmed"
+  /** A change took too long and was cancelled: it was not made. */
+  | "change_cancelled";
 
 /** A request the store refuses: the caller asked for something it cannot do. */
 export class StoreInputError extends Error {
@@ -301,7 +303,7 @@ export class ImportItemError extends StoreInputError {
 export class StoreUnavailableError extends Error {
   override name = "StoreUnavailableError";
   readonly code: StoreUnavailableCode;
-  /** For `change_unconfirmed`: how long the change went unanswered. */
+  /** For `change_unconfirmed` and `change_cancelled`: how long the change went unanswered. */
   readonly timeoutMs: number | undefined;
 
   constructor(

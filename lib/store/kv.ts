@@ -36,6 +36,7 @@
  * @module
  */
 
+import { readRegistration } from "./registrations.ts";
 import { pathExists } from "../_exists.ts";
 import { DEFAULT_KV_PATH } from "../config.ts";
 import { ImportChecker } from "./_import_check.ts";
@@ -906,13 +907,14 @@ export class KvKeyStore implements KeyStore {
     const found: InstanceRecord[] = [];
     try {
       for await (
-        const entry of this.#kv.list<StoredInstance>({ prefix: ["instances"] })
+        const entry of this.#kv.list<unknown>({ prefix: ["instances"] })
       ) {
-        found.push({
-          ...entry.value,
-          acked: BigInt(entry.value.acked),
-          version: entry.versionstamp,
-        });
+        const id = entry.key[1];
+        // Not a key this store writes: no server can hold a lease on it.
+        if (typeof id !== "string") continue;
+        found.push(
+          readRegistration(entry.value, { id, version: entry.versionstamp }),
+        );
       }
     } catch (error) {
       throw unreadable(error);

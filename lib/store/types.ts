@@ -184,6 +184,12 @@ export interface InstanceInfo {
 /** A registration as stored, with the version that moves on every write of it. */
 export interface InstanceRecord extends InstanceInfo {
   version: string;
+  /**
+   * True when the stored registration could not be read (a field missing
+   * or malformed): its other fields are then placeholders, and it owes
+   * every change until removed.
+   */
+  broken?: boolean;
 }
 
 /** What changed after a revision: the keys to forget, or everything. */

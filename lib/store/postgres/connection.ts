@@ -30,6 +30,20 @@ export interface PostgresStoreOptions {
 /** The driver's pool. */
 export type Sql = postgres.Sql;
 
+/** The driver's handle on one transaction. */
+export type Tx = postgres.TransactionSql;
+
+/**
+ * How long a transaction given up on may take to end once cancelled: the
+ * cancel request and the rollback are two round trips.
+ */
+const CANCEL_GRACE_MS = 2000;
+
+/** A statement asked for after its transaction was given up on: never sent. */
+class AbandonedError extends Error {
+  override name = "AbandonedError";
+}
+
 /** Request-path reads allowed to wait at once, so that an outage cannot pile up work without bound. */
 const MAX_PENDING_READS = 1000;
 
@@ -130,13 +144,14 @@ export class Pool {
   }
 
   /**
-   * Any other call: a lost connection or a timeout is an outage; other
-   * errors pass. Without `timeoutMs` it waits as long as the server's own
-   * statement timeouts let it.
+   * Any other call of one statement: a lost connection or a timeout is an
+   * outage; other errors pass. Without `timeoutMs` it waits as long as the
+   * server's own statement timeouts let it. A change of several statements
+   * goes through {@linkcode Pool.transaction} instead.
    */
   async call<T>(
     work: () => Promise<T>,
-    options: { timeoutMs?: number | null; writes?: boolean } = {},
+    options: { timeoutMs?: number | null } = {},
   ): Promise<T> {
     const timeoutMs = options.timeoutMs === undefined
       ? this.#timeoutMs
@@ -146,14 +161,84 @@ export class Pool {
         ? await work()
         : await bounded(work(), timeoutMs);
     } catch (error) {
-      if (error instanceof DeadlineError && options.writes) {
+      throw asUnavailable(error, "The key store cannot be used");
+    }
+  }
+
+  /**
+   * A change in one transaction, under the call's time limit. A transaction
+   * given up on is not left running: its current statement is cancelled, no
+   * further one is sent, and it is waited for until it has ended, so that
+   * whatever the caller says next about the store is what the store holds.
+   * Left running, it could commit after the console had said it did not (a
+   * rotation stalled by row locks did so, then `close()` let it finish).
+   *
+   * Resolves when the transaction committed, however late; rejects with
+   * `change_cancelled` when it was cancelled and rolled back, and with
+   * `change_unconfirmed` only when its end cannot be known (the database
+   * stopped answering, or the connection broke after the commit was sent).
+   */
+  async transaction<T>(
+    work: (tx: Tx) => Promise<T>,
+    options: { timeoutMs?: number | null } = {},
+  ): Promise<T> {
+    const timeoutMs = options.timeoutMs === undefined
+      ? this.#timeoutMs
+      : options.timeoutMs;
+    let abandoned = false;
+    let workDone = false;
+    let current: { cancel(): unknown } | null = null;
+    const pending = this.sql.begin(async (tx) => {
+      const guarded = new Proxy(tx, {
+        apply(target, self, args) {
+          if (abandoned) throw new AbandonedError("transaction given up on");
+          const query = Reflect.apply(target, self, args);
+          current = query;
+          return query;
+        },
+      });
+      const result = await work(guarded);
+      // From here on the driver sends COMMIT: a failure may follow a commit.
+      workDone = true;
+      return result;
+    }) as Promise<T>;
+    try {
+      return timeoutMs === null
+        ? await pending
+        : await bounded(pending, timeoutMs);
+    } catch (error) {
+      if (!(error instanceof DeadlineError)) {
+        throw ended(error, { committing: workDone });
+      }
+    }
+    abandoned = true;
+    try {
+      // The driver cancels through a connection of its own, so a full pool
+      // or a lock wait does not hold the cancel up; not awaited, as a
+      // database that stopped answering would hold it up instead.
+      Promise.resolve((current as { cancel(): unknown } | null)?.cancel())
+        .catch(() => {});
+      return await bounded(pending, CANCEL_GRACE_MS);
+    } catch (error) {
+      if (error instanceof DeadlineError) {
         throw new StoreUnavailableError(
           "change_unconfirmed",
           `The key store did not answer within ${timeoutMs} ms, so a change may or may not have been made`,
           { cause: error, timeoutMs: timeoutMs ?? undefined },
         );
       }
-      throw asUnavailable(error, "The key store cannot be used");
+      const outcome = ended(error, { committing: workDone });
+      // A refusal the work reached before the cancel took effect is its answer.
+      if (outcome instanceof StoreInputError) throw outcome;
+      if (
+        outcome instanceof StoreUnavailableError &&
+        outcome.code === "change_unconfirmed"
+      ) throw outcome;
+      throw new StoreUnavailableError(
+        "change_cancelled",
+        `The key store did not finish the change within ${timeoutMs} ms, so it was cancelled and nothing changed; check that PostgreSQL is running and that no other session holds its rows locked, then try again`,
+        { cause: error, timeoutMs: timeoutMs ?? undefined },
+      );
     }
   }
 
@@ -161,6 +246,25 @@ export class Pool {
   async end(seconds: number): Promise<void> {
     await this.sql.end({ timeout: seconds });
   }
+}
+
+/**
+ * What a transaction's failure says about the store. A failure before the
+ * commit was sent, or one the server answered, left nothing behind; a
+ * broken connection once the commit was sent may have come after it.
+ */
+function ended(error: unknown, options: { committing: boolean }): unknown {
+  if (
+    options.committing && error instanceof Error &&
+    !(error instanceof postgres.PostgresError) && isOutage(error)
+  ) {
+    return new StoreUnavailableError(
+      "change_unconfirmed",
+      `The key store's connection broke while a change was committing, so it may or may not have been made: ${error.message}`,
+      { cause: error },
+    );
+  }
+  return asUnavailable(error, "The key store cannot be used");
 }
 
 /**

@@ -69,6 +69,7 @@ import type {
   RotateResult,
 } from "../types.ts";
 import { bounded } from "../../_bounded.ts";
+import { readRegistration } from "../registrations.ts";
 import {
   asUnavailable,
   callTimeoutMs,
@@ -480,38 +481,37 @@ export class PostgresKeyStore implements KeyStore {
   ): Promise<{ id: number; network: string }[]> {
     const added: { id: number; network: string }[] = [];
     for (const [id, group] of byKey(uses)) {
-      const result = await this.#pool.call(() =>
-        this.#sql.begin(async (tx) => {
-          const listed = await lockUsage(tx, id);
-          if (listed === null) return [];
-          const merged = mergeNetworks(listed.networks, group);
-          if (merged.added.length > 0) {
-            // Audit lines are numbered by revision: a first use takes `meta`
-            // as a change does, one revision per line. Usage rows are locked
-            // before `meta` and changes never lock them, so no deadlock.
-            const [free] = await tx<{ free: boolean }[]>`
+      const result = await this.#pool.transaction(async (tx) => {
+        const listed = await lockUsage(tx, id);
+        if (listed === null) return [];
+        const merged = mergeNetworks(listed.networks, group);
+        if (merged.added.length > 0) {
+          // Audit lines are numbered by revision: a first use takes `meta`
+          // as a change does, one revision per line. Usage rows are locked
+          // before `meta` and changes never lock them, so no deadlock.
+          const [free] = await tx<{ free: boolean }[]>`
               SELECT pg_try_advisory_xact_lock_shared(${IMPORT_LOCK}) AS free`;
-            if (!free.free) return [];
-            const [meta] = await tx<{ revision: string }[]>`
+          if (!free.free) return [];
+          const [meta] = await tx<{ revision: string }[]>`
               SELECT revision FROM meta FOR UPDATE`;
-            let revision = BigInt(meta.revision);
-            const at = new Date();
-            for (const network of merged.added) {
-              await insertAudit(tx, (++revision).toString(), at, {
-                action: "network",
-                keyId: id,
-                actor: "server",
-                detail: networkDetail(network),
-              });
-            }
-            await tx`UPDATE meta SET revision = ${revision.toString()}`;
+          let revision = BigInt(meta.revision);
+          const at = new Date();
+          for (const network of merged.added) {
+            await insertAudit(tx, (++revision).toString(), at, {
+              action: "network",
+              keyId: id,
+              actor: "server",
+              detail: networkDetail(network),
+            });
           }
-          await tx`
+          await tx`UPDATE meta SET revision = ${revision.toString()}`;
+        }
+        await tx`
             UPDATE key_usage
             SET networks = ${JSON.stringify(merged.networks)}::text::jsonb
             WHERE key_id = ${id}`;
-          return merged.added;
-        }) as Promise<string[]>, { writes: true });
+        return merged.added;
+      });
       for (const network of result) added.push({ id, network });
     }
     return added;
@@ -521,17 +521,16 @@ export class PostgresKeyStore implements KeyStore {
     uses: Iterable<{ id: number; address: string; at: Date }>,
   ): Promise<void> {
     for (const [id, group] of byKey(uses)) {
-      await this.#pool.call(() =>
-        this.#sql.begin(async (tx) => {
-          const listed = await lockUsage(tx, id);
-          if (listed === null) return;
-          const refused = appendRefused(listed.refused, group);
-          await tx`
+      await this.#pool.transaction(async (tx) => {
+        const listed = await lockUsage(tx, id);
+        if (listed === null) return;
+        const refused = appendRefused(listed.refused, group);
+        await tx`
             UPDATE key_usage SET refused = ${
-            JSON.stringify(refused)
-          }::text::jsonb
+          JSON.stringify(refused)
+        }::text::jsonb
             WHERE key_id = ${id}`;
-        }), { writes: true });
+      });
     }
   }
 
@@ -568,37 +567,36 @@ export class PostgresKeyStore implements KeyStore {
     // One transaction: a failure anywhere rolls the whole import back. No
     // overall deadline, as a large import takes its time; each statement
     // still has the server's.
-    return await this.#pool.call(() =>
-      this.#sql.begin(async (tx) => {
-        await lockForImport(tx);
-        const [state] = await tx<{ empty: boolean; revision: string }[]>`
+    return await this.#pool.transaction(async (tx) => {
+      await lockForImport(tx);
+      const [state] = await tx<{ empty: boolean; revision: string }[]>`
           SELECT NOT EXISTS (SELECT 1 FROM keys)
             AND NOT EXISTS (SELECT 1 FROM audit)
             AND NOT EXISTS (SELECT 1 FROM last_used)
             AND NOT EXISTS (SELECT 1 FROM key_usage) AS empty,
             m.revision
           FROM meta m FOR UPDATE`;
-        if (!state.empty) {
-          throw new StoreInputError(
-            "import_not_empty",
-            "The store is not empty",
-          );
-        }
-        const counts = await writeImport(tx, items);
-        const at = new Date();
-        // Above the imported audit lines and every revision the store had.
-        const revision = (bigMax(BigInt(state.revision), BigInt(counts.audit)) +
-          1n).toString();
-        await tx`
+      if (!state.empty) {
+        throw new StoreInputError(
+          "import_not_empty",
+          "The store is not empty",
+        );
+      }
+      const counts = await writeImport(tx, items);
+      const at = new Date();
+      // Above the imported audit lines and every revision the store had.
+      const revision = (bigMax(BigInt(state.revision), BigInt(counts.audit)) +
+        1n).toString();
+      await tx`
           UPDATE meta SET revision = ${revision}, last_key_id = ${counts.maxId}`;
-        await insertAudit(tx, revision, at, {
-          action: "import",
-          keyId: 0,
-          actor: options.actor,
-          detail: `${counts.keys} keys and ${counts.audit} audit lines`,
-        });
-        return { keys: counts.keys, audit: counts.audit };
-      }) as Promise<{ keys: number; audit: number }>, { timeoutMs: null });
+      await insertAudit(tx, revision, at, {
+        action: "import",
+        keyId: 0,
+        actor: options.actor,
+        detail: `${counts.keys} keys and ${counts.audit} audit lines`,
+      });
+      return { keys: counts.keys, audit: counts.audit };
+    }, { timeoutMs: null });
   }
 
   async registerInstance(info: InstanceInfo): Promise<string> {
@@ -653,15 +651,15 @@ export class PostgresKeyStore implements KeyStore {
         }[]
       >`SELECT * FROM instances ORDER BY started_at, id`
     );
-    return rows.map((row) => ({
-      id: row.id,
-      host: row.host,
-      pid: row.pid,
-      startedAt: row.started_at.toISOString(),
-      leaseMs: row.lease_ms,
-      acked: BigInt(row.acked),
-      version: row.version,
-    }));
+    return rows.map((row) =>
+      readRegistration({
+        host: row.host,
+        pid: row.pid,
+        startedAt: row.started_at,
+        leaseMs: row.lease_ms,
+        acked: row.acked,
+      }, { id: row.id, version: row.version })
+    );
   }
 
   async removeInstance(
@@ -734,35 +732,34 @@ export class PostgresKeyStore implements KeyStore {
   #change<T>(
     work: (draft: Draft) => Promise<{ result: T; audit: AuditLine | null }>,
   ): Promise<T> {
-    return this.#pool.call(() =>
-      this.#sql.begin(async (tx) => {
-        // Refused at once while an import holds the store, rather than after
-        // the lock timeout with a message that blames the database.
-        const [free] = await tx<{ free: boolean }[]>`
+    return this.#pool.transaction(async (tx) => {
+      // Refused at once while an import holds the store, rather than after
+      // the lock timeout with a message that blames the database.
+      const [free] = await tx<{ free: boolean }[]>`
           SELECT pg_try_advisory_xact_lock_shared(${IMPORT_LOCK}) AS free`;
-        if (!free.free) throw new ImportStateError("import_unfinished");
-        const [meta] = await tx<{ revision: string; last_key_id: string }[]>`
+      if (!free.free) throw new ImportStateError("import_unfinished");
+      const [meta] = await tx<{ revision: string; last_key_id: string }[]>`
           SELECT revision, last_key_id FROM meta FOR UPDATE`;
-        let lastId = Number(meta.last_key_id);
-        const at = new Date();
-        const { result, audit } = await work({
-          tx,
-          at,
-          nextId: () => {
-            if (lastId >= MAX_KEY_ID) {
-              throw new KeyIdsExhaustedError(MAX_KEY_ID);
-            }
-            return ++lastId;
-          },
-        });
-        if (audit !== null) {
-          const revision = (BigInt(meta.revision) + 1n).toString();
-          await tx`
+      let lastId = Number(meta.last_key_id);
+      const at = new Date();
+      const { result, audit } = await work({
+        tx,
+        at,
+        nextId: () => {
+          if (lastId >= MAX_KEY_ID) {
+            throw new KeyIdsExhaustedError(MAX_KEY_ID);
+          }
+          return ++lastId;
+        },
+      });
+      if (audit !== null) {
+        const revision = (BigInt(meta.revision) + 1n).toString();
+        await tx`
             UPDATE meta SET revision = ${revision}, last_key_id = ${lastId}`;
-          await insertAudit(tx, revision, at, audit);
-        }
-        return result;
-      }) as Promise<T>, { writes: true });
+        await insertAudit(tx, revision, at, audit);
+      }
+      return result;
+    });
   }
 }
 

@@ -1,0 +1,98 @@
+/**
+ * What the console says when Ctrl-C ends its wait for servers to confirm a
+ * change: the change is already in the store, so the message says what it
+ * holds and which servers may still answer from before it, and for how long.
+ *
+ * @module
+ */
+
+import type { Lapsed, WaitInterruptedError } from "../store/acknowledged.ts";
+import type { KeyRecord } from "../store/types.ts";
+
+/** The exit code of a change made whose wait for servers was interrupted. */
+export const INTERRUPTED_WAIT_EXIT = 3;
+
+/** The message for an interrupted wait, one line. */
+export function interruptedWaitMessage(error: WaitInterruptedError): string {
+  const { owing, remainingMs } = error.report;
+  const { made, replaced } = committed(error);
+  if (owing.length === 0) {
+    return `${made}; the wait for servers to confirm it was interrupted before any was read, so every server stops ${replaced} within ${
+      seconds(remainingMs)
+    }, when its lease runs out`;
+  }
+  const one = owing.length === 1;
+  return `${made}; ${owing.length} ${
+    one ? "server" : "servers"
+  } had not yet confirmed it: ${owing.map(describeServer).join(", ")}; ${
+    one ? "it stops" : "each stops"
+  } ${replaced} within ${seconds(remainingMs)}, when ${
+    one ? "its" : "its own"
+  } lease runs out`;
+}
+
+/** A server as the console's wait lines name it. */
+export function describeServer(server: Lapsed): string {
+  if (server.broken) {
+    return `a broken registration ${JSON.stringify(server.id)}`;
+  }
+  return server.host === ""
+    ? `pid ${server.pid}`
+    : `pid ${server.pid} on ${server.host}`;
+}
+
+/** What the change made, and what a server behind on it still does. */
+function committed(
+  error: WaitInterruptedError,
+): { made: string; replaced: string } {
+  const result = error.result as Record<string, unknown> | null;
+  const record = (result?.record ?? null) as KeyRecord | null;
+  switch (error.change) {
+    case "revoke":
+    case "retire":
+      if (record !== null) {
+        return {
+          made: `Key ${record.id} is revoked in the store`,
+          replaced: `accepting key ${record.id}`,
+        };
+      }
+      break;
+    case "rotate": {
+      const { revoked, created } = result as {
+        revoked: KeyRecord;
+        created: KeyRecord;
+      };
+      return revoked.status === "revoked"
+        ? {
+          made:
+            `Key ${revoked.id} is revoked and key ${created.id} replaces it in the store`,
+          replaced: `accepting key ${revoked.id}`,
+        }
+        : {
+          made: `Key ${created.id} replaces key ${revoked.id} in the store`,
+          replaced: `answering with key ${revoked.id}'s old lifetime`,
+        };
+    }
+    case "create":
+      return {
+        made: `Key ${(error.result as KeyRecord).id} is created in the store`,
+        replaced: `refusing it`,
+      };
+    case "setAllowFrom":
+      if (record !== null) {
+        return {
+          made: `Key ${record.id}'s networks are changed in the store`,
+          replaced: "applying the networks it had before",
+        };
+      }
+      break;
+  }
+  return {
+    made: "The change is made in the store",
+    replaced: "answering from before it",
+  };
+}
+
+function seconds(ms: number): string {
+  return `${Math.max(0.1, Math.ceil(ms / 100) / 10)} s`;
+}

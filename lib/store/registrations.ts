@@ -1,0 +1,87 @@
+/**
+ * A server's registration as either store reads it back: checked field by
+ * field, so that one registration written wrong (by a bug, a newer version
+ * or a hand) is one broken registration, not an unreadable listing that
+ * holds every change up to its deadline and is never removed.
+ *
+ * @module
+ */
+
+import type { InstanceRecord } from "./types.ts";
+
+/** The longest host name a registration may carry (RFC 1035's 255). */
+const HOST_MAX = 255;
+
+/** A registration's fields as read, before they are checked. */
+export interface StoredRegistration {
+  host: unknown;
+  pid: unknown;
+  startedAt: unknown;
+  leaseMs: unknown;
+  acked: unknown;
+}
+
+/**
+ * The registration `id` at `version`, read from `stored`. One that cannot
+ * be read is marked `broken`: it owes every change (acked -1), claims no
+ * lease of its own, and so is removed as lapsed by the next change that
+ * waits a lease for it, as a silent server would be.
+ */
+export function readRegistration(
+  stored: unknown,
+  options: { id: string; version: string },
+): InstanceRecord {
+  const { id, version } = options;
+  const fields = typeof stored === "object" && stored !== null
+    ? stored as StoredRegistration
+    : null;
+  const acked = fields === null ? null : revision(fields.acked);
+  const startedAt = fields === null ? null : instant(fields.startedAt);
+  if (
+    fields === null || acked === null || startedAt === null ||
+    typeof fields.host !== "string" || fields.host.length > HOST_MAX ||
+    !Number.isSafeInteger(fields.pid) || (fields.pid as number) <= 0 ||
+    typeof fields.leaseMs !== "number" || !(fields.leaseMs > 0)
+  ) {
+    return {
+      id,
+      version,
+      host: "",
+      pid: 0,
+      startedAt: "",
+      leaseMs: Number.NaN,
+      acked: -1n,
+      broken: true,
+    };
+  }
+  return {
+    id,
+    version,
+    host: fields.host,
+    pid: fields.pid as number,
+    startedAt,
+    leaseMs: fields.leaseMs,
+    acked,
+  };
+}
+
+/** A revision as stored (a bigint, or its decimal text), or null. */
+function revision(value: unknown): bigint | null {
+  if (typeof value === "bigint") return value >= -1n ? value : null;
+  if (typeof value !== "string" || !/^(-1|0|[1-9][0-9]{0,18})$/.test(value)) {
+    return null;
+  }
+  return BigInt(value);
+}
+
+/** An instant as stored (a Date, or ISO text), in ISO form, or null. */
+function instant(value: unknown): string | null {
+  const date = value instanceof Date
+    ? value
+    : typeof value === "string"
+    ? new Date(value)
+    : null;
+  return date === null || Number.isNaN(date.getTime())
+    ? null
+    : date.toISOString();
+}
