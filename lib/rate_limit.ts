@@ -1,0 +1,281 @@
+/**
+ * Per-key rate limits, enforced in memory by each server on its share of a
+ * key's limit: no store read or write per request.
+ *
+ * A limit is "N requests per window W". Each server counts a key's accepted
+ * requests in `SLOTS + 1` buckets of W / SLOTS each, and accepts a request
+ * only while the buckets that overlap the last W, the current one included,
+ * hold fewer than its share. Any interval of length W lies within
+ * `SLOTS + 1` consecutive buckets, so no interval of length W ever sees more
+ * than the share accepted on one server: the bound is exact, never an
+ * estimate. The price is on the safe side: a client that spreads its calls
+ * evenly gets at least SLOTS / (SLOTS + 1) of the rate it is allowed (about
+ * 91% with 10 slots), and never more than all of it. Memory is
+ * `SLOTS + 1` counters per key that called within its window.
+ *
+ * How the shares follow the servers, and the bound across an installation,
+ * are in docs/design.md ("Rate limits").
+ *
+ * @module
+ */
+
+/** A limit: `count` requests in any `windowSeconds`. */
+export interface RateLimit {
+  count: number;
+  windowSeconds: number;
+}
+
+/** What {@linkcode RateLimiter.take} decided, with what the headers say. */
+export interface RateDecision {
+  ok: boolean;
+  /** Requests this server still accepts now, scaled to the whole installation. */
+  remaining: number;
+  /** Seconds until the oldest counted request leaves the window (0: none counted). */
+  resetSeconds: number;
+  /** When refused: seconds until one more request is accepted here. */
+  retryAfterSeconds: number;
+}
+
+/** Options of {@linkcode RateLimiter}. */
+export interface RateLimiterOptions {
+  /** Monotonic milliseconds; tests move it. */
+  now?: () => number;
+  /** Buckets per window; more is closer to the full rate, and costs memory. */
+  slots?: number;
+  /** The most keys counted at once; idle ones go first. */
+  maxKeys?: number;
+}
+
+/** The units a limit may be written in, in seconds. */
+const UNITS: Record<string, number> = {
+  s: 1,
+  sec: 1,
+  second: 1,
+  m: 60,
+  min: 60,
+  minute: 60,
+  h: 3600,
+  hour: 3600,
+  d: 86_400,
+  day: 86_400,
+};
+
+/** The largest count and window a limit may have: beyond, it limits nothing. */
+export const RATE_MAX_COUNT = 1_000_000_000;
+const RATE_MAX_WINDOW_SECONDS = 86_400;
+
+/**
+ * Reads `600/min`, `10/s`, `1000/h`, `50000/day` (also `/second`, `/minute`,
+ * `/hour`); `none` is null (no limit). Throws {@linkcode RateSyntaxError}
+ * for anything else, so that a typo is never read as "no limit".
+ */
+export function parseRate(text: string): RateLimit | null {
+  const trimmed = text.trim().toLowerCase();
+  if (trimmed === "none") return null;
+  const match = /^([1-9][0-9]{0,9})\/([a-z]+)$/.exec(trimmed);
+  const seconds = match ? UNITS[match[2]] : undefined;
+  if (match === null || seconds === undefined) {
+    throw new RateSyntaxError("rate_syntax", text);
+  }
+  const count = Number(match[1]);
+  if (count > RATE_MAX_COUNT) throw new RateSyntaxError("rate_too_large", text);
+  return { count, windowSeconds: seconds };
+}
+
+/** `600/min`: the unit the window was written in, or seconds. */
+export function formatRate(limit: RateLimit): string {
+  const unit = WRITTEN[limit.windowSeconds];
+  return unit === undefined
+    ? `${limit.count}/${limit.windowSeconds}s`
+    : `${limit.count}/${unit}`;
+}
+
+const WRITTEN: Record<number, string> = {
+  1: "s",
+  60: "min",
+  3600: "h",
+  86_400: "day",
+};
+
+/** True when `value` is a limit as stored: whole, positive and in range. */
+export function isRateLimit(value: unknown): value is RateLimit {
+  if (typeof value !== "object" || value === null) return false;
+  const { count, windowSeconds } = value as Record<string, unknown>;
+  return Number.isSafeInteger(count) && (count as number) >= 1 &&
+    (count as number) <= RATE_MAX_COUNT &&
+    Number.isSafeInteger(windowSeconds) && (windowSeconds as number) >= 1 &&
+    (windowSeconds as number) <= RATE_MAX_WINDOW_SECONDS;
+}
+
+/** A rate the console or the configuration could not read. */
+export class RateSyntaxError extends Error {
+  /** `rate_syntax` or `rate_too_large`. */
+  readonly code: "rate_syntax" | "rate_too_large";
+  constructor(code: RateSyntaxError["code"], text: string) {
+    super(
+      code === "rate_syntax"
+        ? `Rate '${
+          text.slice(0, 40)
+        }' is not a rate; write COUNT/UNIT such as 600/min, 10/s, 1000/h or 50000/day, or none`
+        : `Rate '${
+          text.slice(0, 40)
+        }' allows more than ${RATE_MAX_COUNT} requests; write a smaller count, or none for no limit`,
+    );
+    this.name = "RateSyntaxError";
+    this.code = code;
+  }
+}
+
+interface Counter {
+  /** The limit these counts were taken under: a change starts afresh. */
+  count: number;
+  windowMs: number;
+  /** Index (time / slot length) of the newest bucket. */
+  newest: number;
+  /** Ring of counts, `slots + 1` long; bucket i lives at i % length. */
+  counts: Uint32Array;
+  /** Their sum. */
+  total: number;
+}
+
+/** Counts requests per key and decides, in memory, whether one more fits. */
+export class RateLimiter {
+  #now: () => number;
+  #slots: number;
+  #maxKeys: number;
+  #counters = new Map<number, Counter>();
+
+  /** A limiter with its own clock, or performance.now(). */
+  constructor(options: RateLimiterOptions = {}) {
+    this.#now = options.now ?? (() => performance.now());
+    this.#slots = options.slots ?? 10;
+    this.#maxKeys = options.maxKeys ?? 100_000;
+  }
+
+  /** How many keys hold counts now. */
+  get size(): number {
+    return this.#counters.size;
+  }
+
+  /**
+   * Counts one request of key `keyId` under `limit` if this server's `share`
+   * of it (requests per window; 0 refuses all) has room, and says so.
+   * `scale` turns this server's remaining share into the installation's
+   * (the number of servers sharing the limit) for the headers.
+   */
+  take(
+    keyId: number,
+    limit: RateLimit,
+    options: { share: number; scale?: number },
+  ): RateDecision {
+    const now = this.#now();
+    const windowMs = limit.windowSeconds * 1000;
+    const slotMs = windowMs / this.#slots;
+    const index = Math.floor(now / slotMs);
+    let counter = this.#counters.get(keyId);
+    if (
+      counter === undefined || counter.count !== limit.count ||
+      counter.windowMs !== windowMs
+    ) {
+      if (counter === undefined) this.#makeRoom(now);
+      counter = {
+        count: limit.count,
+        windowMs,
+        newest: index,
+        counts: new Uint32Array(this.#slots + 1),
+        total: 0,
+      };
+    } else {
+      // Recency order: an idle key moves to the front of eviction.
+      this.#counters.delete(keyId);
+    }
+    this.#counters.set(keyId, counter);
+    this.#advance(counter, index);
+    const share = Math.max(0, Math.floor(options.share));
+    const scale = options.scale ?? 1;
+    const ok = counter.total < share;
+    if (ok) {
+      counter.counts[index % counter.counts.length]++;
+      counter.total++;
+    }
+    const reset = this.#resetMs(counter, index, slotMs, now);
+    return {
+      ok,
+      remaining: Math.max(0, share - counter.total) * scale,
+      resetSeconds: Math.ceil(reset / 1000),
+      retryAfterSeconds: ok ? 0 : Math.max(
+        1,
+        Math.ceil(this.#freedMs(counter, index, slotMs, now, share) / 1000),
+      ),
+    };
+  }
+
+  /** Drops every count: for tests, and when the limits were reloaded wholesale. */
+  clear(): void {
+    this.#counters.clear();
+  }
+
+  /** Empties the buckets that have left the window by bucket `index`. */
+  #advance(counter: Counter, index: number): void {
+    const length = counter.counts.length;
+    if (index - counter.newest >= length) {
+      counter.counts.fill(0);
+      counter.total = 0;
+    } else {
+      for (let i = counter.newest + 1; i <= index; i++) {
+        counter.total -= counter.counts[i % length];
+        counter.counts[i % length] = 0;
+      }
+    }
+    if (index > counter.newest) counter.newest = index;
+  }
+
+  /** Milliseconds until the oldest bucket holding a count leaves the window. */
+  #resetMs(
+    counter: Counter,
+    index: number,
+    slotMs: number,
+    now: number,
+  ): number {
+    const length = counter.counts.length;
+    for (let i = index - length + 1; i <= index; i++) {
+      if (counter.counts[((i % length) + length) % length] > 0) {
+        return (i + length) * slotMs - now;
+      }
+    }
+    return 0;
+  }
+
+  /** Milliseconds until enough old buckets leave for one request to fit. */
+  #freedMs(
+    counter: Counter,
+    index: number,
+    slotMs: number,
+    now: number,
+    share: number,
+  ): number {
+    if (share === 0) return counter.windowMs;
+    const length = counter.counts.length;
+    let total = counter.total;
+    for (let i = index - length + 1; i <= index; i++) {
+      total -= counter.counts[((i % length) + length) % length];
+      if (total < share) return (i + length) * slotMs - now;
+    }
+    return counter.windowMs;
+  }
+
+  /** Keeps the table bounded: idle keys first, then the least recent. */
+  #makeRoom(now: number): void {
+    if (this.#counters.size < this.#maxKeys) return;
+    for (const [id, counter] of this.#counters) {
+      const slotMs = counter.windowMs / (counter.counts.length - 1);
+      if (Math.floor(now / slotMs) - counter.newest >= counter.counts.length) {
+        this.#counters.delete(id);
+      }
+      if (this.#counters.size < this.#maxKeys) return;
+    }
+    // All busy: the least recent goes, and may start afresh. Bounded memory
+    // wins over a key that has not called for the longest time.
+    this.#counters.delete(this.#counters.keys().next().value!);
+  }
+}
