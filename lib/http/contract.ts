@@ -64,8 +64,17 @@ export type DocumentedRoute = Route & { contract: RouteContract };
 export class ContractError extends Error {
   /** Always `ContractError`. */
   override name = "ContractError";
-  /** `operation_mismatch`: methods and operations differ; `name_taken`: two components or operations share a name; `unknown_tag`. */
-  readonly code: "operation_mismatch" | "name_taken" | "unknown_tag";
+  /**
+   * `operation_mismatch`: handlers and operations name different methods;
+   * `name_taken`: two components or operations share a name;
+   * `status_taken`: a route documents a status the router answers there;
+   * `unknown_tag`: a tag ./contract_base.json does not list.
+   */
+  readonly code:
+    | "operation_mismatch"
+    | "name_taken"
+    | "status_taken"
+    | "unknown_tag";
 
   /** The code, then what to fix. */
   constructor(code: ContractError["code"], message: string) {
@@ -159,7 +168,7 @@ export function operationResponses(
   for (const status of Object.keys(own)) {
     if (status in added) {
       throw new ContractError(
-        "name_taken",
+        "status_taken",
         `${route.path} documents ${status}, which the router answers there itself`,
       );
     }
