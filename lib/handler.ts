@@ -1,6 +1,6 @@
 /**
- * The service's route table, assembled: the connection check behind the
- * API-key step, and the unauthenticated health and document routes. A plain
+ * The service's handler: the route table (./routes/table.ts) behind the
+ * router, with the API-key step for its authenticated routes. A plain
  * function of `(request, info)` so that tests call it without a socket and
  * `main.ts` only hands it to the server.
  *
@@ -14,8 +14,7 @@ import type { LastUsedRecorder } from "./last_used.ts";
 import type { RequestLogLine } from "./log.ts";
 import type { LockoutTracker } from "./lockout.ts";
 import type { UsageRecorder } from "./usage.ts";
-import { connectionRoute } from "./routes/connection.ts";
-import { healthRoutes } from "./routes/health.ts";
+import { routeTable } from "./routes/table.ts";
 import type { Lease } from "./lease.ts";
 import type { KeyStore } from "./store/types.ts";
 
@@ -59,10 +58,7 @@ export function createHandler(
     log: options.log,
     lease: options.lease,
   });
-  return createRouter([
-    connectionRoute({ now: options.now }),
-    ...healthRoutes(store),
-  ], {
+  return createRouter(routeTable({ store, now: options.now }), {
     authenticator,
     trustedProxies: options.trustedProxies,
     retryAfterSeconds: options.retryAfterSeconds,

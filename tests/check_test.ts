@@ -10,6 +10,7 @@ import { generateApiKey, KEY_PATTERN } from "../lib/api_key.ts";
 import { CHECK_ENV, readCheckConfig } from "../lib/check/config.ts";
 import { formatFirstLine } from "../lib/check/format.ts";
 import { parseConnectionStatus } from "../lib/check/judge.ts";
+import { responseProblems } from "./support/openapi.ts";
 import type { CheckOutcome } from "../lib/check/outcome.ts";
 import {
   createKey,
@@ -543,6 +544,77 @@ Deno.test("parseConnectionStatus ignores fields added later and refuses a time w
     ),
     "serverUtc is not an ISO 8601 UTC time ending in Z",
   );
+});
+
+Deno.test("the check reads a connection status with the schema openapi.json publishes: it refuses exactly the bodies the contract refuses", () => {
+  const base = {
+    connected: true,
+    authenticatedByApiKey: true,
+    apiKeyId: 4,
+    email: "a@example.com",
+    serverUtc: "2026-01-01T00:00:00.000Z",
+  };
+  const { email: _, ...noEmail } = base;
+  const cases: [Record<string, unknown>, string | null][] = [
+    [base, null],
+    [{ ...base, region: "eu" }, null],
+    [{ ...base, apiKeyExpiresAt: "2026-02-01T00:00:00.000Z" }, null],
+    [{ ...base, connected: false }, "connected is not true"],
+    [
+      { ...base, authenticatedByApiKey: "yes" },
+      "authenticatedByApiKey is not true",
+    ],
+    [{ ...base, apiKeyId: 0 }, "apiKeyId is not a whole number of at least 1"],
+    [
+      { ...base, apiKeyId: 1.5 },
+      "apiKeyId is not a whole number of at least 1",
+    ],
+    [noEmail, "email is not an e-mail address"],
+    [{ ...base, email: "no at sign" }, "email is not an e-mail address"],
+    [
+      { ...base, email: `${"a".repeat(250)}@b.cd` },
+      "email is not an e-mail address",
+    ],
+    [
+      { ...base, serverUtc: "2026-01-01T00:00:00Z" },
+      "serverUtc is not an ISO 8601 UTC time ending in Z",
+    ],
+    [
+      { ...base, serverUtc: "2026-01-01T00:00:00.000+01:00" },
+      "serverUtc is not an ISO 8601 UTC time ending in Z",
+    ],
+    [
+      { ...base, apiKeyExpiresAt: "soon" },
+      "apiKeyExpiresAt is not an ISO 8601 UTC time ending in Z",
+    ],
+  ];
+  for (const [body, refusal] of cases) {
+    const read = parseConnectionStatus(JSON.stringify(body));
+    assert.equal(
+      typeof read === "string" ? read : null,
+      refusal,
+      JSON.stringify(body),
+    );
+    // The contract, read by Ajv as a client reads it (added fields allowed).
+    const problems = responseProblems(
+      { method: "GET", path: ROUTE },
+      {
+        status: 200,
+        headers: {
+          "cache-control": "no-store",
+          "x-content-type-options": "nosniff",
+          "content-type": "application/json",
+        },
+        body: JSON.stringify(body),
+      },
+      { tolerant: true },
+    );
+    assert.equal(
+      problems.length > 0,
+      refusal !== null,
+      `${JSON.stringify(body)}: ${problems}`,
+    );
+  }
 });
 
 Deno.test("formatFirstLine writes a signed offset range into the performance data", () => {

@@ -14,6 +14,8 @@ import {
   required,
   withoutKeys,
 } from "./support/npm_tools.ts";
+import type { DocumentedRoute } from "../lib/http/contract.ts";
+import { allowOf, refusedMethods, ROUTES } from "./support/route_table.ts";
 
 const ROOT = new URL("../", import.meta.url);
 
@@ -58,6 +60,18 @@ const refusedCode: string | undefined = refused.error?.error;
 
 const live = await client.GET("/api/v1/health/live");
 
+// Every route of the table, by its generated path type.
+const refusal = (
+  answer: { response: Response; error?: { error: string } },
+) => ({
+  status: answer.response.status,
+  error: answer.error?.error,
+  allow: answer.response.headers.get("allow"),
+});
+const everyRoute = {
+${ROUTES.map(routeCalls).join("\n")}
+};
+
 console.log(JSON.stringify({
   ok: {
     status: ok.response.status,
@@ -82,8 +96,39 @@ console.log(JSON.stringify({
     allow: refused.response.headers.get("allow"),
   },
   live: { status: live.response.status, data: live.data?.status },
+  everyRoute,
 }));
 `;
+
+/** The client's calls of one route: GET and HEAD, and each refused method. */
+function routeCalls(route: DocumentedRoute): string {
+  const path = JSON.stringify(route.path);
+  const init = route.auth === "api_key"
+    ? '{ headers: { "X-API-Key": env("API_KEY") } }'
+    : "{}";
+  const calls = route.methods.GET === undefined ? [] : [
+    `get: (await client.GET(${path}, ${init})).response.status,`,
+    `head: (await client.HEAD(${path}, ${init})).response.status,`,
+  ];
+  const refused = refusedMethods(route).map((method) =>
+    `${method}: refusal(await client.${method}(${path})),`
+  );
+  return `  ${path}: { ${calls.join(" ")} refused: { ${refused.join(" ")} } },`;
+}
+
+/** What the client must see of each route: 200s, and 405 with Allow for the rest. */
+function everyRouteSeen(): Record<string, unknown> {
+  return Object.fromEntries(ROUTES.map((route) => [route.path, {
+    ...(route.methods.GET === undefined ? {} : { get: 200, head: 200 }),
+    refused: Object.fromEntries(
+      refusedMethods(route).map((method) => [method, {
+        status: 405,
+        error: "method_not_allowed",
+        allow: allowOf(route),
+      }]),
+    ),
+  }]));
+}
 
 async function run(
   folder: string,
@@ -132,7 +177,9 @@ Deno.test({
       ]);
       assert.equal(generated.code, 0, generated.stderr);
       const types = await Deno.readTextFile(`${folder}/api.ts`);
-      assert.match(types, /"\/api\/v1\/integration\/connection": \{/);
+      for (const { path } of ROUTES) {
+        assert.ok(types.includes(`${JSON.stringify(path)}: {`), path);
+      }
     });
 
     await t.step("the client program compiles under tsc --strict", async () => {
@@ -256,6 +303,7 @@ Deno.test({
           allow: "GET, HEAD, OPTIONS",
         });
         assert.deepEqual(seen.live, { status: 200, data: "ok" });
+        assert.deepEqual(seen.everyRoute, everyRouteSeen());
       },
     );
   },

@@ -8,15 +8,14 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
-import { LIVE_PATH, OPENAPI_PATH, READY_PATH } from "../lib/routes/health.ts";
+import { LIVE_PATH } from "../lib/routes/health.ts";
 import {
   createKey,
   makeTlsFiles,
   startServer,
   tempDir,
 } from "./support/processes.ts";
-
-const ROUTE = "/api/v1/integration/connection";
+import { ROUTES } from "./support/route_table.ts";
 
 /** Why the test cannot run here, or null when curl and openssl can do it. */
 async function missingTools(): Promise<string | null> {
@@ -202,20 +201,35 @@ Deno.test({
       },
     ];
     const invented = generateApiKey().key;
-    const targets: {
+    // Every route of the table that answers GET: an authenticated one with
+    // a valid key, without one, with an invented one and with one in its URL.
+    type Target = {
       path: string;
       headers: Record<string, string>;
       status: number;
-    }[] = [
-      { path: ROUTE, headers: { "X-API-Key": key }, status: 200 },
-      { path: ROUTE, headers: {}, status: 401 },
-      { path: ROUTE, headers: { "X-API-Key": invented }, status: 401 },
-      { path: `${ROUTE}?api_key=${invented}`, headers: {}, status: 400 },
-      { path: LIVE_PATH, headers: {}, status: 200 },
-      { path: READY_PATH, headers: {}, status: 200 },
-      { path: OPENAPI_PATH, headers: {}, status: 200 },
+    };
+    const targets: Target[] = [
+      ...ROUTES.filter((route) => route.methods.GET).flatMap((route) =>
+        route.auth === "api_key"
+          ? [
+            { path: route.path, headers: { "X-API-Key": key }, status: 200 },
+            { path: route.path, headers: {}, status: 401 },
+            {
+              path: route.path,
+              headers: { "X-API-Key": invented },
+              status: 401,
+            },
+            {
+              path: `${route.path}?api_key=${invented}`,
+              headers: {},
+              status: 400,
+            },
+          ]
+          : [{ path: route.path, headers: {}, status: 200 }] as Target[]
+      ),
       { path: "/api/v1/no-such-route", headers: {}, status: 404 },
     ];
+    assert.ok(targets.length >= 8, "the route table was read");
     for (const protocol of protocols) {
       for (const target of targets) {
         // The path alone names the case: a key never goes into a message.

@@ -34,14 +34,23 @@ import {
   required,
   withoutKeys,
 } from "./support/npm_tools.ts";
+import {
+  allowOf,
+  KEYED_ROUTES,
+  OPEN_ROUTES,
+  refusedMethods,
+  ROUTES,
+} from "./support/route_table.ts";
+import { CONNECTION_PATH as CONNECTION } from "../lib/routes/connection.ts";
+import { LIVE_PATH as LIVE } from "../lib/routes/health.ts";
 
 const ROOT = new URL("../", import.meta.url);
-const CONNECTION = "/api/v1/integration/connection";
-const LIVE = "/api/v1/health/live";
-const READY = "/api/v1/health/ready";
-const DOCUMENT = "/api/v1/openapi.json";
-const PATHS = [CONNECTION, LIVE, READY, DOCUMENT];
-const REFUSED_METHODS = ["POST", "PUT", "PATCH", "DELETE"];
+// Every route of the table, and those behind the key.
+const PATHS = ROUTES.map((route) => route.path);
+const KEYED = KEYED_ROUTES.map((route) => route.path);
+// Each route's steps fail a few keys before the lock-out step: room for
+// them, growing with the table (40 for its first four routes).
+const LOCKOUT_AFTER = 10 * ROUTES.length;
 // Well formed, never issued: the key check itself says no.
 const UNKNOWN_KEY = `isk_${"0".repeat(36)}`;
 
@@ -219,7 +228,7 @@ Deno.test({
     // room for the failures before the lock-out step, which comes last.
     await using server = await startServer(dir.path, {
       HOST: "127.0.0.1",
-      LOCKOUT_MAX_FAILURES: "40",
+      LOCKOUT_MAX_FAILURES: String(LOCKOUT_AFTER),
     });
     await using prism = await startPrism(
       new URL("openapi.json", ROOT).pathname,
@@ -227,33 +236,40 @@ Deno.test({
     );
 
     await t.step("200 with a valid key, the status naming it", async () => {
-      const answer = await passes(prism, {
-        method: "GET",
-        path: CONNECTION,
-        key: valid.key,
-      }, 200);
-      const body = JSON.parse(answer.body);
-      assert.equal(body.apiKeyId, valid.id);
-      assert.equal(body.email, "ops@example.com");
+      assert.ok(KEYED.includes(CONNECTION), "the route table was read");
+      for (const path of KEYED) {
+        const answer = await passes(prism, {
+          method: "GET",
+          path,
+          key: valid.key,
+        }, 200);
+        if (path !== CONNECTION) continue;
+        const body = JSON.parse(answer.body);
+        assert.equal(body.apiKeyId, valid.id);
+        assert.equal(body.email, "ops@example.com");
+      }
     });
 
     await t.step(
       "401 for an unknown, a malformed and a revoked key",
       async () => {
-        for (const key of [UNKNOWN_KEY, "not-a-key", revoked.key]) {
-          const answer = await passes(prism, {
-            method: "GET",
-            path: CONNECTION,
-            key,
-          }, 401);
-          assert.equal(answer.body, "");
-          assert.ok(answer.headers.get("www-authenticate"));
+        for (const path of KEYED) {
+          for (const key of [UNKNOWN_KEY, "not-a-key", revoked.key]) {
+            const answer = await passes(prism, {
+              method: "GET",
+              path,
+              key,
+            }, 401);
+            assert.equal(answer.body, "");
+            assert.ok(answer.headers.get("www-authenticate"));
+          }
         }
       },
     );
 
     await t.step("200 from the health routes and the document", async () => {
-      for (const path of [LIVE, READY, DOCUMENT]) {
+      assert.ok(OPEN_ROUTES.length >= 3, "the route table was read");
+      for (const { path } of OPEN_ROUTES) {
         await passes(prism, { method: "GET", path }, 200);
       }
     });
@@ -261,9 +277,12 @@ Deno.test({
     await t.step(
       "204 with Allow to OPTIONS, on every route, without a key",
       async () => {
-        for (const path of PATHS) {
-          const answer = await passes(prism, { method: "OPTIONS", path }, 204);
-          assert.equal(answer.headers.get("allow"), "GET, HEAD, OPTIONS");
+        for (const route of ROUTES) {
+          const answer = await passes(prism, {
+            method: "OPTIONS",
+            path: route.path,
+          }, 204);
+          assert.equal(answer.headers.get("allow"), allowOf(route));
         }
       },
     );
@@ -271,14 +290,14 @@ Deno.test({
     await t.step(
       "405 with Allow to POST, PUT, PATCH and DELETE, on every route",
       async () => {
-        for (const path of PATHS) {
-          for (const method of REFUSED_METHODS) {
+        for (const route of ROUTES) {
+          for (const method of refusedMethods(route)) {
             const answer = await passes(prism, {
               method,
-              path,
+              path: route.path,
               key: valid.key,
             }, 405);
-            assert.equal(answer.headers.get("allow"), "GET, HEAD, OPTIONS");
+            assert.equal(answer.headers.get("allow"), allowOf(route));
             assert.equal(JSON.parse(answer.body).error, "method_not_allowed");
           }
         }
@@ -303,10 +322,12 @@ Deno.test({
       "Prism answers a keyless request and an unlisted path itself",
       async () => {
         // The document requires the key; its own 401 shows Prism read that.
-        const keyless = await send(prism, "GET", CONNECTION);
-        assert.equal(keyless.status, 401);
-        assert.ok(fromPrism(keyless), keyless.body);
-        assert.match(JSON.parse(keyless.body).type, /#UNAUTHORIZED$/);
+        for (const path of KEYED) {
+          const keyless = await send(prism, "GET", path);
+          assert.equal(keyless.status, 401);
+          assert.ok(fromPrism(keyless), keyless.body);
+          assert.match(JSON.parse(keyless.body).type, /#UNAUTHORIZED$/);
+        }
         const unlisted = await send(prism, "GET", "/api/v1/no-such-route");
         assert.equal(unlisted.status, 404);
         assert.match(JSON.parse(unlisted.body).type, /#NO_PATH_MATCHED_ERROR$/);
@@ -329,7 +350,11 @@ Deno.test({
       "429 with Retry-After once failed keys lock the address out",
       async () => {
         let locked: Answer | undefined;
-        for (let i = 0; i < 60 && locked === undefined; i++) {
+        for (
+          let i = 0;
+          i < LOCKOUT_AFTER + 20 && locked === undefined;
+          i++
+        ) {
           const answer = await passes(prism, {
             method: "GET",
             path: CONNECTION,
@@ -337,15 +362,16 @@ Deno.test({
           }, [401, 429]);
           if (answer.status === 429) locked = answer;
         }
-        assert.ok(locked, "no lock-out after 60 failed keys");
+        assert.ok(
+          locked,
+          `no lock-out after ${LOCKOUT_AFTER + 20} failed keys`,
+        );
         assert.match(locked.headers.get("retry-after") ?? "", /^\d+$/);
         assert.equal(JSON.parse(locked.body).error, "locked_out");
         // Locked, the address gets 429 for a valid key and for a key in a URL.
-        await passes(prism, {
-          method: "GET",
-          path: CONNECTION,
-          key: valid.key,
-        }, 429);
+        for (const path of KEYED) {
+          await passes(prism, { method: "GET", path, key: valid.key }, 429);
+        }
         for (const path of PATHS) {
           for (const method of ["GET", "OPTIONS", "POST"]) {
             await passes(prism, {
@@ -400,20 +426,20 @@ Deno.test({
     // Prism answers a keyless request itself when the key is required, so
     // the service's own answer needs a copy where it is optional.
     const optional = await documentCopy(dir.path, (document) => {
-      for (const method of ["get", "head"]) {
-        document.paths[CONNECTION][method].security = [{ apiKey: [] }, {}];
+      for (const path of KEYED) {
+        for (const method of ["get", "head"]) {
+          document.paths[path][method].security = [{ apiKey: [] }, {}];
+        }
       }
     });
     await using prism = await startPrism(optional, server.url);
-    const answer = await passes(
-      prism,
-      { method: "GET", path: CONNECTION },
-      401,
-    );
-    assert.equal(answer.body, "");
-    assert.equal(
-      answer.headers.get("www-authenticate"),
-      'ApiKey realm="integration", header="X-API-Key"',
-    );
+    for (const path of KEYED) {
+      const answer = await passes(prism, { method: "GET", path }, 401);
+      assert.equal(answer.body, "");
+      assert.equal(
+        answer.headers.get("www-authenticate"),
+        'ApiKey realm="integration", header="X-API-Key"',
+      );
+    }
   },
 });

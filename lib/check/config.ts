@@ -7,9 +7,10 @@
  */
 
 import { isWellFormedApiKey, KEY_LENGTH, KEY_PATTERN } from "../api_key.ts";
+import { CONNECTION_PATH } from "../routes/connection.ts";
 
 /** The route this check calls, below the base URL. */
-export const CONNECTION_ROUTE = "/api/v1/integration/connection";
+export const CONNECTION_ROUTE: string = CONNECTION_PATH;
 
 /** The environment variables the check reads; the `check` task allows exactly these. */
 export const CHECK_ENV = {

@@ -5,6 +5,11 @@
  * @module
  */
 
+import { firstBreach } from "../http/schema.ts";
+import {
+  CONNECTION_STATUS_SCHEMA,
+  type ConnectionStatus as RouteStatus,
+} from "../routes/connection.ts";
 import { CHECK_ENV } from "./config.ts";
 import { type CheckOutcome, state } from "./outcome.ts";
 import { milliseconds, plain, signed } from "./_units.ts";
@@ -98,20 +103,15 @@ function expiryWarning(
 }
 
 /** The fields of a connection status that the check reports. */
-export interface ConnectionStatus {
-  /** The key that answered. */
-  apiKeyId: number;
-  /** The integrator's e-mail. */
-  email: string;
-  /** The server's clock, ISO 8601 UTC. */
-  serverUtc: string;
-  /** When the key stops working, ISO 8601 UTC; absent when never. */
-  apiKeyExpiresAt?: string;
-}
+export type ConnectionStatus = Pick<
+  RouteStatus,
+  "apiKeyId" | "email" | "serverUtc" | "apiKeyExpiresAt"
+>;
 
 /**
- * The fields the check relies on, or why the body is not a connection status.
- * Fields added in later versions are ignored, so the check keeps working.
+ * The fields the check relies on, or why the body is not a connection status:
+ * the first field that breaks the route's own schema. Fields added in later
+ * versions are ignored, so the check keeps working.
  */
 export function parseConnectionStatus(body: string): ConnectionStatus | string {
   let value: unknown;
@@ -124,41 +124,13 @@ export function parseConnectionStatus(body: string): ConnectionStatus | string {
     return "it is not a JSON object";
   }
   const fields = value as Record<string, unknown>;
-  if (fields.connected !== true) return "connected is not true";
-  if (fields.authenticatedByApiKey !== true) {
-    return "authenticatedByApiKey is not true";
-  }
-  const { apiKeyId, email, serverUtc } = fields;
-  if (
-    typeof apiKeyId !== "number" || !Number.isSafeInteger(apiKeyId) ||
-    apiKeyId < 1
-  ) {
-    return "apiKeyId is not a whole number of at least 1";
-  }
-  if (
-    typeof email !== "string" || email.length > 254 ||
-    // deno-lint-ignore no-control-regex
-    !/^[^\s@\u0000-\u001f\u007f]+@[^\s@\u0000-\u001f\u007f]+$/.test(email)
-  ) {
-    return "email is not an e-mail address";
-  }
-  if (
-    typeof serverUtc !== "string" ||
-    !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/.test(serverUtc) ||
-    !Number.isFinite(Date.parse(serverUtc))
-  ) {
-    return "serverUtc is not an ISO 8601 UTC time ending in Z";
-  }
-  const expires = fields.apiKeyExpiresAt;
-  if (expires === undefined) return { apiKeyId, email, serverUtc };
-  if (
-    typeof expires !== "string" ||
-    !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/.test(expires) ||
-    !Number.isFinite(Date.parse(expires))
-  ) {
-    return "apiKeyExpiresAt is not an ISO 8601 UTC time ending in Z";
-  }
-  return { apiKeyId, email, serverUtc, apiKeyExpiresAt: expires };
+  const breach = firstBreach(CONNECTION_STATUS_SCHEMA, fields);
+  if (breach !== null) return breach;
+  const status = fields as RouteStatus;
+  const { apiKeyId, email, serverUtc, apiKeyExpiresAt } = status;
+  return apiKeyExpiresAt === undefined
+    ? { apiKeyId, email, serverUtc }
+    : { apiKeyId, email, serverUtc, apiKeyExpiresAt };
 }
 
 /** Any answer but a 200: what it means, and what to do about it. */

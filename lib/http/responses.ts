@@ -1,9 +1,12 @@
 /**
  * Every response the HTTP layer builds, so that their headers and bodies
- * are written once: the public error shapes of the API live here.
+ * are written once: the public error shapes of the API live here, each
+ * beside its entry in the contract (`openapi.json`, built by ./contract.ts).
  *
  * @module
  */
+
+import type { Schema } from "./schema.ts";
 
 /** The header that carries the key: the only place a key may travel. */
 export const API_KEY_HEADER = "X-API-Key";
@@ -56,25 +59,19 @@ export function unauthorized(): Response {
 
 /** 429 for a locked-out client. */
 export function lockedOut(retryAfterSeconds: number): Response {
-  return json(429, {
-    error: "locked_out",
-    message:
-      "Too many failed authentications from this address; fix the key, then retry after Retry-After seconds",
-  }, { "retry-after": String(retryAfterSeconds) });
+  return json(429, LOCKED_OUT_BODY, {
+    "retry-after": String(retryAfterSeconds),
+  });
 }
 
 /** 400 for a credential in the URL. */
 export function keyInUrl(): Response {
-  return json(400, {
-    error: "key_in_url",
-    message:
-      `Send the key in the ${API_KEY_HEADER} header, never in the URL, where proxies and logs keep it`,
-  });
+  return json(400, KEY_IN_URL_BODY);
 }
 
 /** 404 for a path no route has. */
 export function notFound(): Response {
-  return json(404, { error: "not_found", message: "No such route" });
+  return json(404, NOT_FOUND_BODY);
 }
 
 /** 405 with the methods the route does answer. */
@@ -95,17 +92,169 @@ export function options(allow: string): Response {
 
 /** 503 when the store cannot be read: never a 401, which would condemn the key. */
 export function storeUnavailable(retryAfterSeconds: number): Response {
-  return json(503, {
-    error: "unavailable",
-    message:
-      "The key store cannot be read; retry later, the key is not at fault",
-  }, { "retry-after": String(retryAfterSeconds) });
+  return json(503, UNAVAILABLE_BODY, {
+    "retry-after": String(retryAfterSeconds),
+  });
 }
 
 /** 500 for anything unexpected. */
 export function internalError(): Response {
-  return json(500, {
-    error: "internal",
-    message: "The request failed on the server; retry later",
-  });
+  return json(500, INTERNAL_BODY);
 }
+
+// The bodies, shared by the answers above and the contract's examples below.
+const LOCKED_OUT_BODY = {
+  error: "locked_out",
+  message:
+    "Too many failed authentications from this address; fix the key, then retry after Retry-After seconds",
+};
+const KEY_IN_URL_BODY = {
+  error: "key_in_url",
+  message:
+    `Send the key in the ${API_KEY_HEADER} header, never in the URL, where proxies and logs keep it`,
+};
+const NOT_FOUND_BODY = { error: "not_found", message: "No such route" };
+const UNAVAILABLE_BODY = {
+  error: "unavailable",
+  message: "The key store cannot be read; retry later, the key is not at fault",
+};
+const INTERNAL_BODY = {
+  error: "internal",
+  message: "The request failed on the server; retry later",
+};
+
+/** A header a documented response carries beyond the common ones. */
+export type DocumentedHeader = "Retry-After" | "Allow" | "WWW-Authenticate";
+
+/**
+ * One answer as the contract describes it: `openapi.json` lists it under
+ * `components/responses/NAME` and, when it has a body, its HEAD twin under
+ * `NAMEHead`.
+ */
+export interface ResponseContract {
+  /** Its name under `components/responses`. */
+  name: string;
+  /** What it means and what the client should do about it. */
+  description: string;
+  /** Headers beyond Cache-Control, X-Content-Type-Options and X-Request-Id. */
+  headers?: readonly DocumentedHeader[];
+  /** A JSON body: its schema, named under `components/schemas`, and examples. */
+  body?: {
+    name: string;
+    schema: Schema;
+    examples?: Record<string, { summary?: string; value: unknown }>;
+  };
+}
+
+/** The body of every error answer. */
+export const ERROR_SCHEMA = {
+  type: "object",
+  description:
+    "The body of an error answer. Fields may be added in later versions: ignore the ones you do not know.",
+  required: ["error", "message"],
+  properties: {
+    error: {
+      type: "string",
+      pattern: "^[a-z][a-z0-9_]*$",
+      description:
+        "Machine-readable code, stable across versions: branch on it",
+      examples: ["not_found"],
+    },
+    message: {
+      type: "string",
+      description:
+        "Human-readable explanation, for logs; its wording may change",
+    },
+  },
+} as const satisfies Schema;
+
+const KEY_IN_URL_SCHEMA = {
+  type: "object",
+  description:
+    "The body of the answer to a request that carried a credential in its URL",
+  required: ["error", "message"],
+  properties: {
+    error: { type: "string", const: "key_in_url" },
+    message: {
+      type: "string",
+      description: "Human-readable explanation, for logs",
+    },
+  },
+} as const satisfies Schema;
+
+const error = (name: string, value: unknown) => ({
+  name: "Error",
+  schema: ERROR_SCHEMA,
+  examples: { [name]: { value } },
+});
+
+/** The contract of every answer above: the router's part of `openapi.json`. */
+export const DOCUMENTED = {
+  unauthorized: {
+    name: "Unauthorized",
+    description:
+      "The key is missing, malformed, unknown or revoked. The answer is the same whatever the reason and the body is empty: there is nothing to interpret. A generated client therefore gets no error object: branch on the status (401), never on the body.\n\nDo not retry: the same key will keep failing, and retrying in a loop leads to lock-out (429). Check that the key is sent in the `X-API-Key` header exactly as it was shown at generation, otherwise ask the installation's administrator to revoke it and generate a replacement, which takes seconds.",
+    headers: ["WWW-Authenticate"],
+  },
+  keyInUrl: {
+    name: "KeyInUrl",
+    description:
+      "The URL (its authority, path or query string) carries a credential, such as an API key. The request was refused without being looked at further; every path answers so, listed or not.\n\nSend the key in the `X-API-Key` header only. A key that has been in a URL may sit in proxy and server logs: have it revoked and use a new one.",
+    body: {
+      name: "KeyInUrlError",
+      schema: KEY_IN_URL_SCHEMA,
+      examples: { keyInUrl: { value: KEY_IN_URL_BODY } },
+    },
+  },
+  lockedOut: {
+    name: "TooManyRequests",
+    description:
+      "Too many requests from this caller; in particular, too many failed authentications from one address lock it out for a while. Wait the number of seconds in `Retry-After` before the next request. If it follows a series of 401 answers, the key is the problem: fix or replace it rather than retry, or the lock-out starts again.",
+    headers: ["Retry-After"],
+    body: {
+      name: "Error",
+      schema: ERROR_SCHEMA,
+      examples: {
+        lockedOut: {
+          summary: "Locked out after repeated failed keys",
+          value: LOCKED_OUT_BODY,
+        },
+      },
+    },
+  },
+  notFound: {
+    name: "NotFound",
+    description:
+      "No such path. Check the base URL: it ends before `/api/v1`. Every path that is not listed in this document answers so, whatever the method (see `x-unrouted-responses`).",
+    body: error("notFound", NOT_FOUND_BODY),
+  },
+  methodNotAllowed: {
+    name: "MethodNotAllowed",
+    description:
+      "The path does not answer this method; `Allow` lists those it does. Needs no key: the method is checked before the key.",
+    headers: ["Allow"],
+    body: error("methodNotAllowed", {
+      error: "method_not_allowed",
+      message: "Use GET, HEAD, OPTIONS",
+    }),
+  },
+  options: {
+    name: "Options",
+    description:
+      "No body; `Allow` lists the methods of the path. Needs no key.",
+    headers: ["Allow"],
+  },
+  storeUnavailable: {
+    name: "ServiceUnavailable",
+    description:
+      "The service cannot check keys right now, for instance because its key store cannot be read. Your key is not in question: keep it, and retry after the number of seconds in `Retry-After`.",
+    headers: ["Retry-After"],
+    body: error("unavailable", UNAVAILABLE_BODY),
+  },
+  internalError: {
+    name: "InternalError",
+    description:
+      "The request failed on the server for an unexpected reason. Retry later; if it persists, report it to the installation's administrator with the `X-Request-Id`.",
+    body: error("internal", INTERNAL_BODY),
+  },
+} satisfies Record<string, ResponseContract>;

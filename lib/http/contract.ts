@@ -1,0 +1,341 @@
+/**
+ * The contract follows the route table: `openapi.json` is built here from
+ * the routes the service serves (`deno task contract` writes it, and
+ * tests/route_contract_test.ts fails when the committed file differs).
+ *
+ * A route declares only what is its own: a title, the operations it answers
+ * and the answers its handlers give. What the router gives every route is
+ * written once, here: HEAD as GET without the body, OPTIONS, the 405 of every
+ * method it does not answer, and the statuses the router answers around any
+ * handler (400, 429 and 500 on every operation; 401 and 503 behind the
+ * API-key step). The document's front matter (info, servers, tags, the
+ * security scheme and the common headers) is ./contract_base.json.
+ *
+ * @module
+ */
+
+import base from "./contract_base.json" with { type: "json" };
+import { DOCUMENTED, type ResponseContract } from "./responses.ts";
+import type { Methods, Route } from "./router.ts";
+import type { Schema } from "./schema.ts";
+
+/** A method a route may answer; HEAD and OPTIONS come with them. */
+export type Method = keyof Methods<never>;
+
+/** The methods in the order `openapi.json` lists them. */
+export const METHODS: readonly Method[] = [
+  "GET",
+  "POST",
+  "PUT",
+  "PATCH",
+  "DELETE",
+];
+
+/** One operation a route answers, as the contract describes it. */
+export interface OperationContract {
+  /** Unique in the document, such as `checkConnection`. */
+  operationId: string;
+  /** One line; HEAD's is this one followed by ", without the body". */
+  summary: string;
+  /** When and how to call it. */
+  description: string;
+  /** The handler's own answers by status; the router's are added to them. */
+  responses: Record<number, ResponseContract>;
+}
+
+/** What a route says about itself in `openapi.json`. */
+export interface RouteContract {
+  /** The path item's summary, such as "Connection check". */
+  title: string;
+  /** The route within a sentence, such as "the connection check". */
+  noun: string;
+  /** The stem of derived operation ids: `head${name}`, `connectionOptions`. */
+  name: string;
+  /** One of the tags in ./contract_base.json. */
+  tag: string;
+  /** One entry per method of the route's `methods`, and no other. */
+  operations: Partial<Record<Method, OperationContract>>;
+}
+
+/** A route of the service's table: handlers and their contract. */
+export type DocumentedRoute = Route & { contract: RouteContract };
+
+/** The route table and its contract cannot be made into one document. */
+export class ContractError extends Error {
+  /** Always `ContractError`. */
+  override name = "ContractError";
+  /**
+   * `operation_mismatch`: handlers and operations name different methods;
+   * `name_taken`: two components or operations share a name;
+   * `status_taken`: a route documents a status the router answers there;
+   * `unknown_tag`: a tag ./contract_base.json does not list.
+   */
+  readonly code:
+    | "operation_mismatch"
+    | "name_taken"
+    | "status_taken"
+    | "unknown_tag";
+
+  /** The code, then what to fix. */
+  constructor(code: ContractError["code"], message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+/** The answers the router gives on every operation, before any handler runs. */
+export const ROUTER_RESPONSES: Readonly<Record<number, ResponseContract>> = {
+  400: DOCUMENTED.keyInUrl,
+  429: DOCUMENTED.lockedOut,
+  500: DOCUMENTED.internalError,
+};
+
+/** The API-key step's answers, on the operations of an authenticated route. */
+export const API_KEY_RESPONSES: Readonly<Record<number, ResponseContract>> = {
+  401: DOCUMENTED.unauthorized,
+  503: DOCUMENTED.storeUnavailable,
+};
+
+const HEAD_PREFIX =
+  "As the answer to `GET`, with the same status and headers (`Content-Type: application/json` included) and no body. ";
+
+const HEADER_COMPONENTS = {
+  "Retry-After": "RetryAfter",
+  "Allow": "Allow",
+  "WWW-Authenticate": "WwwAuthenticate",
+  "Cache-Control": "CacheControl",
+  "X-Content-Type-Options": "ContentTypeOptions",
+  "X-Request-Id": "RequestId",
+} as const;
+
+const COMMON_HEADERS = [
+  "Cache-Control",
+  "X-Content-Type-Options",
+  "X-Request-Id",
+] as const;
+
+/** The whole OpenAPI 3.1 document of a route table, in the table's order. */
+export function openApiDocument(
+  routes: readonly DocumentedRoute[],
+): Record<string, unknown> {
+  const components = new Components();
+  const operationIds = new Set<string>();
+  const paths: Record<string, unknown> = {};
+  for (const route of routes) {
+    paths[route.path] = pathItem(route, components);
+    for (const operation of Object.values(paths[route.path] as object)) {
+      const id = (operation as { operationId?: string }).operationId;
+      if (id === undefined) continue;
+      if (operationIds.has(id)) {
+        throw new ContractError(
+          "name_taken",
+          `operationId ${id} is used twice`,
+        );
+      }
+      operationIds.add(id);
+    }
+  }
+  const unrouted = {
+    description:
+      "What the service answers outside the operations listed under `paths`, which OpenAPI cannot list: 404 on every path that is not listed, whatever the method; 405 with `Allow` for a method a listed path does not list (such as `TRACE`); and on any path 400 when the URL carries a credential (429 instead while the client is locked out). Any answer may also be 500 on an unexpected failure.",
+    unknownPath: components.inline(DOCUMENTED.notFound),
+    unknownMethod: components.response(DOCUMENTED.methodNotAllowed),
+    keyInUrl: components.response(DOCUMENTED.keyInUrl),
+    lockedOut: components.response(DOCUMENTED.lockedOut),
+    internalError: components.response(DOCUMENTED.internalError),
+  };
+  const { components: front, ...rest } = base;
+  return {
+    ...rest,
+    paths,
+    "x-unrouted-responses": unrouted,
+    components: {
+      ...front,
+      responses: components.responses,
+      schemas: components.schemas,
+    },
+  };
+}
+
+/** The statuses a route's operation documents: its own and the router's. */
+export function operationResponses(
+  route: Route,
+  own: Record<number, ResponseContract>,
+): Record<number, ResponseContract> {
+  const added = route.auth === "api_key"
+    ? { ...ROUTER_RESPONSES, ...API_KEY_RESPONSES }
+    : ROUTER_RESPONSES;
+  for (const status of Object.keys(own)) {
+    if (status in added) {
+      throw new ContractError(
+        "status_taken",
+        `${route.path} documents ${status}, which the router answers there itself`,
+      );
+    }
+  }
+  return { ...own, ...added };
+}
+
+function pathItem(
+  route: DocumentedRoute,
+  components: Components,
+): Record<string, unknown> {
+  const { contract } = route;
+  if (!base.tags.some((tag) => tag.name === contract.tag)) {
+    throw new ContractError(
+      "unknown_tag",
+      `${route.path}: tag ${contract.tag} is not in lib/http/contract_base.json`,
+    );
+  }
+  const answered = METHODS.filter((method) => route.methods[method]);
+  for (const method of METHODS) {
+    if (
+      (route.methods[method] === undefined) !==
+        (contract.operations[method] === undefined)
+    ) {
+      throw new ContractError(
+        "operation_mismatch",
+        `${route.path}: ${method} has a handler or a contract but not both`,
+      );
+    }
+  }
+  const refused = METHODS.filter((method) => !route.methods[method]);
+  const allow = [
+    ...Object.keys(route.methods),
+    ...(route.methods.GET ? ["HEAD"] : []),
+    "OPTIONS",
+  ];
+  const security = route.auth === "api_key" ? {} : { security: [] };
+  const common = { tags: [contract.tag] };
+  const lower = contract.name[0].toLowerCase() + contract.name.slice(1);
+  const refs = (
+    responses: Record<number, ResponseContract>,
+    head = false,
+  ) =>
+    Object.fromEntries(
+      Object.entries(responses).map((
+        [status, response],
+      ) => [status, components.response(response, head)]),
+    );
+  const item: Record<string, unknown> = {
+    summary: contract.title,
+    description: [
+      ...(route.methods.GET
+        ? ["`HEAD` answers as `GET` does, with no body"]
+        : []),
+      refused.length === 0
+        ? "any other method answers 405"
+        : `${sentence(refused)} ${
+          refused.length === 1 ? "answers" : "answer"
+        } 405, as does any other method`,
+    ].join("; ") + ".",
+  };
+  for (const method of answered) {
+    const operation = contract.operations[method]!;
+    const responses = operationResponses(route, operation.responses);
+    item[method.toLowerCase()] = {
+      ...common,
+      operationId: operation.operationId,
+      summary: operation.summary,
+      description: operation.description,
+      ...security,
+      responses: refs(responses),
+    };
+    if (method !== "GET") continue;
+    item.head = {
+      ...common,
+      operationId: `head${contract.name}`,
+      summary: `${operation.summary}, without the body`,
+      description:
+        "Answers as `GET` does, with the same status and headers and no body.",
+      ...security,
+      responses: refs(responses, true),
+    };
+  }
+  item.options = {
+    ...common,
+    operationId: `${lower}Options`,
+    summary: `List the methods of ${contract.noun}`,
+    security: [],
+    responses: refs({ 204: DOCUMENTED.options, ...ROUTER_RESPONSES }),
+  };
+  for (const method of refused) {
+    item[method.toLowerCase()] = {
+      ...common,
+      operationId: `${lower}${method[0]}${method.slice(1).toLowerCase()}`,
+      summary:
+        `Not answered: ${method} on ${contract.noun} is refused with 405`,
+      description: `The path answers ${
+        sentence(allow)
+      } only; this operation is listed so that the 405 and its \`Allow\` header are part of the contract. Needs no key.`,
+      security: [],
+      responses: refs({
+        405: DOCUMENTED.methodNotAllowed,
+        ...ROUTER_RESPONSES,
+      }),
+    };
+  }
+  return item;
+}
+
+/** "`A`, `B` and `C`". */
+function sentence(words: readonly string[]): string {
+  const quoted = words.map((word) => `\`${word}\``);
+  return quoted.length === 1
+    ? quoted[0]
+    : `${quoted.slice(0, -1).join(", ")} and ${quoted.at(-1)}`;
+}
+
+/** `components/responses` and `components/schemas`, filled as they are used. */
+class Components {
+  responses: Record<string, unknown> = {};
+  schemas: Record<string, unknown> = {};
+
+  /** A reference to the response, or its HEAD twin (no body), added once. */
+  response(response: ResponseContract, head = false): { $ref: string } {
+    const twin = head && response.body !== undefined;
+    const name = twin ? `${response.name}Head` : response.name;
+    this.#add(this.responses, name, this.inline(response, twin));
+    return { $ref: `#/components/responses/${name}` };
+  }
+
+  /** The response object itself. */
+  inline(response: ResponseContract, head = false): Record<string, unknown> {
+    const headers = [...(response.headers ?? []), ...COMMON_HEADERS];
+    const rendered: Record<string, unknown> = {
+      description: (head ? HEAD_PREFIX : "") + response.description,
+      headers: Object.fromEntries(
+        headers.map((header) => [header, {
+          $ref: `#/components/headers/${HEADER_COMPONENTS[header]}`,
+        }]),
+      ),
+    };
+    const { body } = response;
+    if (body !== undefined && !head) {
+      rendered.content = {
+        "application/json": {
+          schema: this.schema(body.name, body.schema),
+          ...(body.examples === undefined ? {} : { examples: body.examples }),
+        },
+      };
+    }
+    return rendered;
+  }
+
+  schema(name: string, schema: Schema): { $ref: string } {
+    this.#add(this.schemas, name, schema);
+    return { $ref: `#/components/schemas/${name}` };
+  }
+
+  #add(into: Record<string, unknown>, name: string, value: unknown): void {
+    if (
+      name in into && JSON.stringify(into[name]) !== JSON.stringify(value)
+    ) {
+      throw new ContractError(
+        "name_taken",
+        `Two different components are named ${name}; rename one`,
+      );
+    }
+    into[name] = value;
+  }
+}
