@@ -140,13 +140,16 @@ export class KeyLookup {
   async #readStore(hash: string): Promise<Cached | null> {
     const drops = this.#drops;
     // Strongly consistent and begun after the request arrived: current.
-    const { record, revision } = await this.#store.findByHashAt(hash);
+    const { record, authRevision } = await this.#store.findByHashAt(hash);
     if (record === null) return null;
     // The record may show a change whose writer is still waiting for the
     // servers: answered now, a request here could succeed with the new
     // state while another server, not yet told, still accepts the old
-    // (an --until-first-use rotation's old key after its first use).
-    await this.#settle(revision);
+    // (an --until-first-use rotation's old key after its first use). Only
+    // changes that alter authentication count: a usage note since (a first
+    // use from a network) moves the revision, but no server drops anything
+    // for it, so nothing waits on it.
+    await this.#settle(authRevision);
     const fresh = { record, expires: expiryMs(record) };
     // A batch of changes dropped records while this read was out: it may
     // predate one of them, so it answers this request only.
