@@ -632,6 +632,45 @@ export function leaseContract(label: string, openShared: OpenShared): void {
     }
   });
 
+  test("after only usage notes (a first use from a new network, a key seen in a URL), a server that reads the key does not wait on a server that has not acknowledged them", async (shared) => {
+    const raw = await shared.open();
+    try {
+      const a = input("a");
+      const record = await raw.create(a.input, { actor: ACTOR });
+      // Frozen after acknowledging the key's creation, with a whole lease:
+      // were the notes waited on, the answer would wait out that lease and
+      // the registration would be removed.
+      await raw.registerInstance(info("frozen", LEASE_MS));
+      await ackAll(raw);
+      const before = await raw.revision();
+      const added = await raw.recordNetworkUses([
+        { id: record.id, network: "203.0.113.0/24", at: new Date() },
+      ]);
+      assert.equal(added.length, 1);
+      assert.equal(
+        await raw.markExposed(record.id, {
+          actor: "server",
+          from: "203.0.113.9",
+        }),
+        true,
+      );
+      const noted = await raw.revision();
+      assert.ok(noted > before, "the notes moved the revision");
+      await using reader = await server(shared);
+      const started = performance.now();
+      assert.equal((await reader.lookup.authenticate(a.key)).ok, true);
+      const waited = performance.now() - started;
+      assert.ok(waited < LEASE_MS / 3, `answered after ${waited} ms`);
+      const frozen = (await raw.instances()).find((i) => i.id === "frozen");
+      assert.ok(
+        frozen !== undefined && frozen.acked < noted,
+        "the frozen server keeps its registration, still owing the notes",
+      );
+    } finally {
+      await raw.close();
+    }
+  });
+
   test("model: whatever the order of creates, revokes, rotations and requests on two servers, each answers as the store does once a change returned", async (shared) => {
     const admin = acknowledged(await shared.open());
     await using one = await server(shared);
