@@ -25,7 +25,8 @@
  * @module
  */
 
-import { expiryMs, nameKey, withLifecycle } from "../records.ts";
+import { expiryMs } from "../expiry.ts";
+import { nameKey, withLifecycle } from "../records.ts";
 import { StoreUnavailableError } from "../errors.ts";
 import type { KeyRecord } from "../types.ts";
 
