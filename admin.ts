@@ -27,6 +27,7 @@ import {
   WaitInterruptedError,
 } from "./lib/store/acknowledged.ts";
 import { openStore } from "./lib/store/open.ts";
+import type { KeyService } from "./lib/store/keys.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
 import { commandContext } from "./lib/console/_context.ts";
@@ -56,7 +57,7 @@ export interface MainOptions {
    * Opens the store the configuration names; {@linkcode openStore} unless
    * set, e.g. by a test that needs shorter time limits than the defaults.
    */
-  open?: (location: StoreLocation) => Promise<KeyStore>;
+  open?: (location: StoreLocation) => Promise<KeyService>;
 }
 
 /** Runs the console with the given arguments; returns the exit code. */

@@ -50,7 +50,9 @@ export async function serve(): Promise<void> {
   const store = acknowledged(opened.store, {
     onCommitted: () => lease.poke(),
   });
-  const lastUsed = new LastUsedRecorder(store);
+  const lastUsed = new LastUsedRecorder(store, {
+    log: (fields) => log.write(fields),
+  });
   const usage = new UsageRecorder(store, {
     log: (fields) => log.write(fields),
   });

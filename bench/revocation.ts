@@ -35,6 +35,7 @@ import {
   awaitAcknowledgement,
 } from "../lib/store/acknowledged.ts";
 import { openStore } from "../lib/store/open.ts";
+import type { KeyService } from "../lib/store/keys.ts";
 import type { KeyStore } from "../lib/store/types.ts";
 import {
   type ServerProcess,
@@ -141,7 +142,7 @@ export async function measureRevocation(
 }
 
 async function measure(
-  direct: KeyStore,
+  direct: KeyService,
   servers: ServerProcess[],
   options: RevocationOptions & {
     keys: { id: number; key: string }[];

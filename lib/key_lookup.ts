@@ -8,8 +8,9 @@
  * @module
  */
 
+import { Shared } from "./_coalesce.ts";
 import { hashApiKey, isWellFormedApiKey } from "./api_key.ts";
-import { expiryMs } from "./store/records.ts";
+import { expiryMs, hasExpired } from "./store/expiry.ts";
 import type { KeyChanges, KeyRecord, KeyStore } from "./store/types.ts";
 import { KeyIndex } from "./key_index.ts";
 import { Lease } from "./lease.ts";
@@ -65,8 +66,8 @@ export class KeyLookup {
   #lease: Lease;
   /** Moves whenever records are dropped, so a read that raced a drop is not cached. */
   #drops = 0;
-  /** Reads under way, by hash, with the drop count when each began. */
-  #pending = new Map<string, { drops: number; read: Promise<Cached | null> }>();
+  /** Reads under way, by hash, tagged with the drop count when each began. */
+  #reads = new Shared<string, Cached | null>();
   /** Every registered server has applied every change up to this revision, or lost its lease. */
   #settled = -1n;
   /** The wait for the newest revision a read has asked to be settled. */
@@ -115,7 +116,9 @@ export class KeyLookup {
     if (record.status !== "valid") return { ok: false, reason: "revoked" };
     // The deadline is checked now, on every request, so no job has to run
     // for a key to stop working on time.
-    if (Date.now() >= expires) return { ok: false, reason: "expired", record };
+    if (hasExpired(expires, Date.now())) {
+      return { ok: false, reason: "expired", record };
+    }
     return { ok: true, record };
   }
 
@@ -123,30 +126,24 @@ export class KeyLookup {
     // Requests for one key that miss together share one read, but only a
     // read begun since the last drop: an older one may predate a change
     // this process has acknowledged.
-    const pending = this.#pending.get(hash);
-    if (pending !== undefined && pending.drops === this.#drops) {
-      return pending.read;
-    }
-    const read = this.#readStore(hash);
-    const entry = { drops: this.#drops, read };
-    this.#pending.set(hash, entry);
-    const done = () => {
-      if (this.#pending.get(hash) === entry) this.#pending.delete(hash);
-    };
-    read.then(done, done);
-    return read;
+    return this.#reads.share(hash, () => this.#readStore(hash), {
+      tag: this.#drops,
+    });
   }
 
   async #readStore(hash: string): Promise<Cached | null> {
     const drops = this.#drops;
     // Strongly consistent and begun after the request arrived: current.
-    const { record, revision } = await this.#store.findByHashAt(hash);
+    const { record, authRevision } = await this.#store.findByHashAt(hash);
     if (record === null) return null;
     // The record may show a change whose writer is still waiting for the
     // servers: answered now, a request here could succeed with the new
     // state while another server, not yet told, still accepts the old
-    // (an --until-first-use rotation's old key after its first use).
-    await this.#settle(revision);
+    // (an --until-first-use rotation's old key after its first use). Only
+    // changes that alter authentication count: a usage note since (a first
+    // use from a network) moves the revision, but no server drops anything
+    // for it, so nothing waits on it.
+    await this.#settle(authRevision);
     const fresh = { record, expires: expiryMs(record) };
     // A batch of changes dropped records while this read was out: it may
     // predate one of them, so it answers this request only.

@@ -9,23 +9,21 @@
  * @module
  */
 
+import { BackgroundRecorder, type RecorderOptions } from "./store/recorder.ts";
 import type { KeyStore } from "./store/types.ts";
 
 const MINUTE = 60_000;
 
 /** Notes key use and writes it to the store in the background. */
-export class LastUsedRecorder {
+export class LastUsedRecorder extends BackgroundRecorder {
   #store: KeyStore;
   #written = new Map<number, number>();
   #pending = new Map<number, Date>();
-  #timer: ReturnType<typeof setInterval>;
-  #flushing: Promise<void> = Promise.resolve();
 
-  /** Writes pending notes every `flushMs` (default 5 s). */
-  constructor(store: KeyStore, options: { flushMs?: number } = {}) {
+  /** Writes pending notes every `flushMs` (default 5 s); a failed write is logged. */
+  constructor(store: KeyStore, options: RecorderOptions = {}) {
+    super("last_used", options);
     this.#store = store;
-    this.#timer = setInterval(() => this.flush(), options.flushMs ?? 5_000);
-    Deno.unrefTimer(this.#timer);
   }
 
   /** Notes that key `id` was used now; costs a map lookup on the hot path. */
@@ -37,20 +35,10 @@ export class LastUsedRecorder {
     this.#pending.set(id, new Date(now));
   }
 
-  /** Writes what is pending. Failures are dropped: this is a hint, not a record. */
-  flush(): Promise<void> {
-    if (this.#pending.size === 0) return this.#flushing;
+  protected take(): (() => Promise<void>) | null {
+    if (this.#pending.size === 0) return null;
     const batch = [...this.#pending].map(([id, at]) => ({ id, at }));
     this.#pending.clear();
-    this.#flushing = this.#flushing
-      .then(() => this.#store.recordLastUsed(batch))
-      .catch(() => {});
-    return this.#flushing;
-  }
-
-  /** Stops the timer and writes what is pending. */
-  async close(): Promise<void> {
-    clearInterval(this.#timer);
-    await this.flush();
+    return () => this.#store.recordLastUsed(batch);
   }
 }

@@ -10,6 +10,8 @@
  * @module
  */
 
+import { Shared } from "./_coalesce.ts";
+import { retireExpired } from "./store/expiry.ts";
 import type { KeyRecord, KeyStore } from "./store/types.ts";
 
 /** Who the audit log says did what the server wrote on its own. */
@@ -18,7 +20,8 @@ export const SERVER_ACTOR = "server";
 /** The retirements of one server process. */
 export class Retirements {
   #store: KeyStore;
-  #pending = new Map<number, Promise<void>>();
+  /** First-use retirements under way, by the new key's id. */
+  #retiring = new Shared<number, void>();
   #lapsed = new Set<string>();
   #onError: (error: unknown) => void;
 
@@ -39,15 +42,14 @@ export class Retirements {
    */
   async firstUse(record: KeyRecord): Promise<void> {
     if (record.retires === null) return;
-    let pending = this.#pending.get(record.id);
-    if (pending === undefined) {
-      pending = this.#store.retire(record.id, {
-        actor: SERVER_ACTOR,
-        cause: "first_use",
-      }).then(() => {}).finally(() => this.#pending.delete(record.id));
-      this.#pending.set(record.id, pending);
-    }
-    await pending;
+    await this.#retiring.share(
+      record.id,
+      () =>
+        this.#store.retire(record.id, {
+          actor: SERVER_ACTOR,
+          cause: "first_use",
+        }).then(() => {}),
+    );
   }
 
   /**
@@ -58,7 +60,7 @@ export class Retirements {
     // By hash: an import may hand an id to another key, never a hash.
     if (this.#lapsed.has(record.hash)) return;
     this.#lapsed.add(record.hash);
-    this.#store.retire(record.id, { actor: SERVER_ACTOR, cause: "deadline" })
+    retireExpired(this.#store, record.id, { actor: SERVER_ACTOR })
       .catch(this.#onError);
   }
 }

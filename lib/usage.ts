@@ -18,6 +18,7 @@ import { networkKey } from "./client_address.ts";
 import { type Cidr, cidrContains, parseCidr, parseIp } from "./ip.ts";
 import type { KeyRecord, KeyStore } from "./store/types.ts";
 import { REFUSED_KEPT } from "./store/usage_lists.ts";
+import { BackgroundRecorder, type RecorderOptions } from "./store/recorder.ts";
 
 const MINUTE = 60_000;
 /**
@@ -47,32 +48,25 @@ export function allowedFrom(record: KeyRecord, client: string): boolean {
 }
 
 /** Options of {@linkcode UsageRecorder}. */
-export interface UsageRecorderOptions {
-  /** How often pending notes are written; default 5 s. */
-  flushMs?: number;
-  /** Receives one line per first use of a key from a network. */
-  log?: (fields: Record<string, unknown>) => void;
-}
+export type UsageRecorderOptions = RecorderOptions;
 
-/** Notes networks used and uses refused, and writes them in the background. */
-export class UsageRecorder {
+/**
+ * Notes networks used and uses refused, and writes them in the background;
+ * each first use of a key from a network is logged.
+ */
+export class UsageRecorder extends BackgroundRecorder {
   #store: KeyStore;
-  #log: UsageRecorderOptions["log"];
   /** `id network` → when last noted, to note each at most once a minute. */
   #noted = new Map<string, number>();
   #networks: { id: number; network: string; at: Date }[] = [];
   /** Network notes dropped since the last flush, past NETWORK_NOTES_MAX. */
   #dropped = 0;
   #refused = new Map<number, { address: string; at: Date }[]>();
-  #timer: ReturnType<typeof setInterval>;
-  #flushing: Promise<void> = Promise.resolve();
 
-  /** Writes pending notes every `flushMs`. */
+  /** Writes pending notes every `flushMs`; a failed write is logged. */
   constructor(store: KeyStore, options: UsageRecorderOptions = {}) {
+    super("usage", options);
     this.#store = store;
-    this.#log = options.log;
-    this.#timer = setInterval(() => this.flush(), options.flushMs ?? 5_000);
-    Deno.unrefTimer(this.#timer);
   }
 
   /**
@@ -100,11 +94,8 @@ export class UsageRecorder {
     if (pending.length > REFUSED_KEPT) pending.shift();
   }
 
-  /** Writes what is pending. Failures are dropped: these are hints, not records. */
-  flush(): Promise<void> {
-    if (this.#networks.length === 0 && this.#refused.size === 0) {
-      return this.#flushing;
-    }
+  protected take(): (() => Promise<void>) | null {
+    if (this.#networks.length === 0 && this.#refused.size === 0) return null;
     const networks = this.#networks;
     const refused = [...this.#refused].flatMap(([id, uses]) =>
       uses.map((use) => ({ id, ...use }))
@@ -112,28 +103,19 @@ export class UsageRecorder {
     this.#networks = [];
     this.#refused.clear();
     if (this.#dropped > 0) {
-      this.#log?.({ msg: "network_notes_dropped", count: this.#dropped });
+      this.log({ msg: "network_notes_dropped", count: this.#dropped });
       this.#dropped = 0;
     }
     this.#forgetOld(Date.now());
-    this.#flushing = this.#flushing
-      .then(async () => {
-        if (refused.length > 0) await this.#store.recordRefusedUses(refused);
-        if (networks.length === 0) return;
-        for (
-          const { id, network } of await this.#store.recordNetworkUses(networks)
-        ) {
-          this.#log?.({ msg: "key_new_network", apiKeyId: id, network });
-        }
-      })
-      .catch(() => {});
-    return this.#flushing;
-  }
-
-  /** Stops the timer and writes what is pending. */
-  async close(): Promise<void> {
-    clearInterval(this.#timer);
-    await this.flush();
+    return async () => {
+      if (refused.length > 0) await this.#store.recordRefusedUses(refused);
+      if (networks.length === 0) return;
+      for (
+        const { id, network } of await this.#store.recordNetworkUses(networks)
+      ) {
+        this.log({ msg: "key_new_network", apiKeyId: id, network });
+      }
+    };
   }
 
   #forgetOld(now: number): void {

@@ -12,6 +12,7 @@ import {
   REFUSED_KEPT,
 } from "../lib/store/usage_lists.ts";
 import type { NetworkUse } from "../lib/store/types.ts";
+import { LastUsedRecorder } from "../lib/last_used.ts";
 import { UsageRecorder } from "../lib/usage.ts";
 import { countingStore } from "./support/counting_store.ts";
 
@@ -115,4 +116,27 @@ Deno.test("uses from one network are noted once a minute, and only a new network
     "first used from 192.0.2.0/24",
     "first used from 2001:db8:1::/48",
   ]);
+});
+
+Deno.test("a background write that fails is logged with its error's code, for last use and usage alike, and names no key", async () => {
+  await using counting = await countingStore();
+  const stored = await counting.addKey("noted");
+  const lines: Record<string, unknown>[] = [];
+  const log = (fields: Record<string, unknown>) => lines.push(fields);
+  const lastUsed = new LastUsedRecorder(counting.store, {
+    flushMs: 60_000,
+    log,
+  });
+  const usage = new UsageRecorder(counting.store, { flushMs: 60_000, log });
+  counting.failing = true;
+  lastUsed.used(stored.record.id, Date.now());
+  usage.refused(stored.record.id, "198.51.100.7", Date.now());
+  await lastUsed.close();
+  await usage.close();
+  assert.deepEqual(lines, [
+    { msg: "store_write_failed", what: "last_used", code: "store_unavailable" },
+    { msg: "store_write_failed", what: "usage", code: "store_unavailable" },
+  ]);
+  const text = JSON.stringify(lines);
+  assert.ok(!text.includes(stored.key) && !text.includes(stored.record.hash));
 });

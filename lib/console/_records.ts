@@ -6,7 +6,8 @@
  */
 
 import { KeyNotFoundError } from "../store/errors.ts";
-import { publicRecord, recordAt } from "../store/records.ts";
+import { recordAt } from "../store/expiry.ts";
+import { publicRecord } from "../store/records.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import type { Context } from "./command.ts";
 import { paint, relativeTime, type Tone } from "./_format.ts";

@@ -8,7 +8,7 @@
  */
 
 import { hashApiKey, isWellFormedApiKey, KEY_PATTERN } from "../api_key.ts";
-import { recordAt } from "../store/records.ts";
+import { recordAt } from "../store/expiry.ts";
 import { writeAll } from "../_write_all.ts";
 import { type Command, STDIO } from "./command.ts";
 import { CommandError } from "./errors.ts";

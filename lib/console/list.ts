@@ -5,7 +5,8 @@
  * @module
  */
 
-import { publicRecord, recordAt } from "../store/records.ts";
+import { recordAt } from "../store/expiry.ts";
+import { publicRecord } from "../store/records.ts";
 import type { KeyRecord } from "../store/types.ts";
 import type { Command } from "./command.ts";
 import { paint, relativeTime } from "./_format.ts";

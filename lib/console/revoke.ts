@@ -4,7 +4,8 @@
  * @module
  */
 
-import { normalizeReason, recordAt } from "../store/records.ts";
+import { recordAt } from "../store/expiry.ts";
+import { normalizeReason } from "../store/records.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import {
   type Command,

@@ -4,27 +4,24 @@
  * lease has run out, so that no request sent afterwards is answered with
  * what the change replaced.
  *
- * {@linkcode acknowledged} wraps a store so that every change that can
- * alter what authenticates waits; nothing that writes to the store can
- * forget to.
+ * {@linkcode acknowledged} gives a store the wait that every change of the
+ * kind `authentication` must pass to return its result (lib/store/change.ts):
+ * the kind is part of each change's type, so a new change cannot forget it.
  *
  * @module
  */
 
 import { LEASE_MS } from "../lease.ts";
 import { bounded } from "../_bounded.ts";
+import type { AcknowledgeReport, Lapsed } from "./change.ts";
+import type { KeyService } from "./keys.ts";
 import type { InstanceRecord, KeyStore } from "./types.ts";
 
-/** The store changes that alter what authenticates, and so wait. */
-const WAITING_CHANGES: ReadonlySet<PropertyKey> = new Set([
-  "create",
-  "revoke",
-  "rotate",
-  "retire",
-  "setAllowFrom",
-  "importAll",
-  "abortImport",
-]);
+/** What a wait reads: the revision and the registrations, and what it removes. */
+export type Registry = Pick<
+  KeyStore,
+  "revision" | "instances" | "removeInstance"
+>;
 
 /**
  * Added to a lease before a change gives up on a server: monotonic clocks
@@ -38,54 +35,11 @@ const LEASE_MARGIN_MS = 50;
  */
 const REMOVAL_GRACE_MS = 250;
 
-/**
- * A server that did not acknowledge, and whose lease ran out instead; or,
- * `broken`, a registration that could not be read, removed the same way.
- */
-export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken">;
-
-/** How a wait went, for progress lines and the benchmark. */
-export interface AcknowledgeReport {
-  /** The revision every server now knows or no longer vouches for. */
-  revision: bigint;
-  /** Milliseconds from the change's return to the end of the wait. */
-  waitedMs: number;
-  /** The servers waited for. */
-  servers: number;
-  /** Those whose lease ran out rather than acknowledge. */
-  lapsed: Lapsed[];
-  /** The wait was ended early by `signal`: the change is made, not yet acknowledged everywhere. */
-  interrupted: boolean;
-  /** When interrupted: the servers that still owed an acknowledgement. */
-  owing: Lapsed[];
-  /** When interrupted: milliseconds until the lease of every server owing has run out. */
-  remainingMs: number;
-}
-
-/**
- * A change was made, but the wait for its acknowledgements was interrupted
- * (`signal`, Ctrl-C at the console): what the change returned, and how the
- * wait stood.
- */
-export class WaitInterruptedError extends Error {
-  override name = "WaitInterruptedError";
-  /** The store method that made the change: "revoke", "rotate" … */
-  readonly change: string;
-  /** What that method returned. */
-  readonly result: unknown;
-  readonly report: AcknowledgeReport;
-
-  constructor(
-    change: string,
-    result: unknown,
-    options: { report: AcknowledgeReport },
-  ) {
-    super(`The ${change} is made; its wait for servers was interrupted`);
-    this.change = change;
-    this.result = result;
-    this.report = options.report;
-  }
-}
+export {
+  type AcknowledgeReport,
+  type Lapsed,
+  WaitInterruptedError,
+} from "./change.ts";
 
 /** Options of {@linkcode acknowledged} and {@linkcode awaitAcknowledgement}. */
 export interface AcknowledgeOptions {
@@ -112,27 +66,35 @@ export interface AwaitOptions extends AcknowledgeOptions {
   revision?: bigint;
 }
 
-/** The store, whose changes that alter what authenticates wait for every server. */
+/** Options of {@linkcode acknowledged} alone. */
+export interface AcknowledgedOptions extends AcknowledgeOptions {
+  /**
+   * Where the registrations are read; the acknowledged store itself unless
+   * set (a test slows or stops these reads alone).
+   */
+  registry?: Registry;
+}
+
+/**
+ * The store, whose every change that alters what authenticates (by its
+ * type: lib/store/change.ts) returns only once every registered server has
+ * acknowledged it or lost its lease. Changes that alter only usage return
+ * at once, as they always did.
+ */
 export function acknowledged(
-  store: KeyStore,
-  options: AcknowledgeOptions = {},
-): KeyStore {
-  return new Proxy(store, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target);
-      if (typeof value !== "function") return value;
-      if (!WAITING_CHANGES.has(property)) return value.bind(target);
-      return async (...args: unknown[]) => {
-        const result = await value.apply(target, args);
-        options.onCommitted?.();
-        const report = await awaitAcknowledgement(target, options);
-        if (report.interrupted) {
-          throw new WaitInterruptedError(String(property), result, { report });
-        }
-        return result;
-      };
+  store: KeyService,
+  options: AcknowledgedOptions = {},
+): KeyService {
+  const waiting: KeyService = store.with({
+    acknowledge: async (change) => {
+      options.onCommitted?.();
+      return await awaitAcknowledgement(options.registry ?? waiting, {
+        ...options,
+        revision: change.revision,
+      });
     },
   });
+  return waiting;
 }
 
 /**
@@ -143,7 +105,7 @@ export function acknowledged(
  * cannot be read meanwhile.
  */
 export async function awaitAcknowledgement(
-  store: Pick<KeyStore, "revision" | "instances" | "removeInstance">,
+  store: Registry,
   options: AwaitOptions = {},
 ): Promise<AcknowledgeReport> {
   const returned = performance.now();

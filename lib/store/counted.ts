@@ -11,6 +11,7 @@
  */
 
 import { metrics } from "@opentelemetry/api";
+import type { KeyService } from "./keys.ts";
 import type { KeyStore } from "./types.ts";
 
 const calls = metrics.getMeter("integration-service").createCounter(
@@ -20,26 +21,20 @@ const calls = metrics.getMeter("integration-service").createCounter(
 
 /** A store whose calls are counted, and the counts so far. */
 export interface CountedStore {
-  store: KeyStore;
-  /** Calls by method name since the store was wrapped. */
-  counts(): Record<string, number>;
+  store: KeyService;
+  /** Calls by method name since the store was counted. */
+  counts(): Partial<Record<keyof KeyStore, number>>;
 }
 
-/** Wraps `store` so that every call is counted by method. */
-export function counted(store: KeyStore): CountedStore {
-  const counts: Record<string, number> = {};
-  const wrapped = new Proxy(store, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target);
-      if (typeof value !== "function" || typeof property !== "string") {
-        return value;
-      }
-      return (...args: unknown[]) => {
-        counts[property] = (counts[property] ?? 0) + 1;
-        calls.add(1, { method: property });
-        return value.apply(target, args);
-      };
-    },
-  });
-  return { store: wrapped, counts: () => ({ ...counts }) };
+/**
+ * `store` with every call counted by method; a store made from it (by
+ * `acknowledged()`) counts into the same tally, its waits' reads included.
+ */
+export function counted(store: KeyService): CountedStore {
+  const counts: Partial<Record<keyof KeyStore, number>> = {};
+  const onCall = (method: keyof KeyStore) => {
+    counts[method] = (counts[method] ?? 0) + 1;
+    calls.add(1, { method });
+  };
+  return { store: store.with({ onCall }), counts: () => ({ ...counts }) };
 }

@@ -8,10 +8,12 @@
 
 import type { StoreLocation } from "../config.ts";
 import { StoreInputError } from "./errors.ts";
-import type { KeyStore } from "./types.ts";
+import type { KeyService } from "./keys.ts";
 
 /** Opens the store the configuration names. */
-export async function openStore(location: StoreLocation): Promise<KeyStore> {
+export async function openStore(
+  location: StoreLocation,
+): Promise<KeyService> {
   if (location.kind === "kv") {
     const { openKvStore } = await import("./kv.ts");
     return await openKvStore(location.path);

@@ -11,6 +11,12 @@ import {
   hasControlCharacters,
 } from "../_control_characters.ts";
 import { InvalidFieldError, RotateRetiringError } from "./errors.ts";
+import {
+  EXPIRED_REASON,
+  expiryMs,
+  overlapEndedReason,
+  recordAt,
+} from "./expiry.ts";
 import type {
   ExportItem,
   KeyRecord,
@@ -170,40 +176,14 @@ export const AUDIT_DETAIL = {
       : Number(id);
   },
   expose: (from: string): string => `sent in a URL from ${from}; rotate it`,
-  /** The reason of a key whose own lifetime ended. */
-  expired: "expired",
+  /** The reason of a key whose own lifetime ended (lib/store/expiry.ts). */
+  expired: EXPIRED_REASON,
   /** The reason of a key whose rotation overlap ended at its deadline. */
-  overlapEnded: (createdId: number): string =>
-    `rotation overlap ended: replaced by key ${createdId}`,
+  overlapEnded: overlapEndedReason,
   /** The reason of a key retired by its replacement's first use. */
   firstUsed: (createdId: number): string =>
     `replaced by key ${createdId}, which was first used`,
 };
-
-/** When a key stops authenticating, in ms since the epoch; Infinity for never. */
-export function expiryMs(record: KeyRecord): number {
-  if (record.expiresAt === null) return Infinity;
-  const ms = Date.parse(record.expiresAt);
-  // A time nobody can read fails closed: the key counts as expired.
-  return Number.isNaN(ms) ? -Infinity : ms;
-}
-
-/**
- * The record as it stands at `now`: a valid key past its `expiresAt` is
- * revoked as of that time, whether or not a store has written so yet, so
- * that no reader depends on a background job.
- */
-export function recordAt(record: KeyRecord, now: number): KeyRecord {
-  if (record.status !== "valid" || now < expiryMs(record)) return record;
-  return {
-    ...record,
-    status: "revoked",
-    revokedAt: record.expiresAt,
-    revokedReason: record.replacedBy === null
-      ? AUDIT_DETAIL.expired
-      : AUDIT_DETAIL.overlapEnded(record.replacedBy),
-  };
-}
 
 /**
  * A record read from a store that may predate the lifecycle fields: the

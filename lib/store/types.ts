@@ -287,11 +287,16 @@ export interface KeyStore extends InstanceRegistry {
   revision(): Promise<bigint>;
   /**
    * `findByHash()` together with the revision the record was read at, in one
-   * consistent read: the pair a cache needs.
+   * consistent read: the pair a cache needs. `authRevision` is the revision
+   * of the last change, up to then, that altered what authenticates (not a
+   * usage note: a first use from a network, a key seen in a URL), so a
+   * reader waits for the servers to know that one only.
    */
   findByHashAt(
     hash: string,
-  ): Promise<{ record: KeyRecord | null; revision: bigint }>;
+  ): Promise<
+    { record: KeyRecord | null; revision: bigint; authRevision: bigint }
+  >;
   /**
    * Marks a key as exposed in a URL; only the first exposure is recorded (and
    * audited). Returns true when this call marked it. The key stays valid.

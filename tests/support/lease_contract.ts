@@ -15,6 +15,7 @@ import {
   type AcknowledgeReport,
 } from "../../lib/store/acknowledged.ts";
 import { counted } from "../../lib/store/counted.ts";
+import type { KeyService } from "../../lib/store/keys.ts";
 import type { InstanceInfo, KeyStore } from "../../lib/store/types.ts";
 import { importedKey } from "./store_contract.ts";
 
@@ -23,7 +24,7 @@ import { importedKey } from "./store_contract.ts";
  * disposing it closes them all and removes the backing store.
  */
 export type OpenShared = () => Promise<
-  { open(): Promise<KeyStore> } & AsyncDisposable
+  { open(): Promise<KeyService> } & AsyncDisposable
 >;
 
 const ACTOR = "tester@host";
@@ -53,24 +54,30 @@ function info(id: string, leaseMs = 3000): InstanceInfo {
 }
 
 /** Counts calls by method, passing them on, as the server does. */
-function counting(store: KeyStore) {
+function counting(store: KeyService) {
   const wrapped = counted(store);
   return {
     store: wrapped.store,
-    count: (method: string) => wrapped.counts()[method] ?? 0,
+    count: (method: keyof KeyStore) => wrapped.counts()[method] ?? 0,
   };
 }
 
 /** A server's lookup in this process: its own store connection and lease. */
 async function server(
-  shared: { open(): Promise<KeyStore> },
+  shared: { open(): Promise<KeyService> },
   options: { leaseMs?: number; pollMs?: number; deaf?: boolean } = {},
 ) {
   const counted = counting(await shared.open());
   // Deaf: every notice of a change is lost, as when the LISTEN connection
   // drops; the server hears of changes by its poll alone.
-  const store = options.deaf
-    ? Object.assign(Object.create(counted.store), { onChange: undefined })
+  const store: KeyStore = options.deaf
+    ? new Proxy(counted.store, {
+      get(target, property) {
+        if (property === "onChange") return undefined;
+        const value = Reflect.get(target, property, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    })
     : counted.store;
   const lease = new Lease(store, {
     pollMs: options.pollMs ?? 5,
@@ -101,7 +108,7 @@ async function until(what: string, done: () => boolean, ms = 5000) {
 export function leaseContract(label: string, openShared: OpenShared): void {
   const test = (
     name: string,
-    fn: (shared: { open(): Promise<KeyStore> }) => Promise<void>,
+    fn: (shared: { open(): Promise<KeyService> }) => Promise<void>,
   ) =>
     Deno.test(`${label}: ${name}`, async () => {
       await using shared = await openShared();
@@ -329,7 +336,7 @@ export function leaseContract(label: string, openShared: OpenShared): void {
         };
       },
     });
-    const admin = acknowledged(slow);
+    const admin = acknowledged(raw, { registry: slow });
     try {
       // A whole lease of watching would end after the deadline.
       await raw.registerInstance(info("frozen"));
@@ -395,13 +402,6 @@ export function leaseContract(label: string, openShared: OpenShared): void {
       get(target, property) {
         const value = Reflect.get(target, property, target);
         if (typeof value !== "function") return value;
-        if (property === "create") {
-          return async (...args: unknown[]) => {
-            const result = await value.apply(target, args);
-            committed = true;
-            return result;
-          };
-        }
         if (
           !["revision", "instances", "removeInstance"].includes(
             String(property),
@@ -411,7 +411,10 @@ export function leaseContract(label: string, openShared: OpenShared): void {
           committed ? new Promise(() => {}) : value.apply(target, args);
       },
     });
-    const admin = acknowledged(hung);
+    const admin = acknowledged(raw, {
+      registry: hung,
+      onCommitted: () => committed = true,
+    });
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {
       await raw.registerInstance(info("frozen"));
@@ -623,6 +626,45 @@ export function leaseContract(label: string, openShared: OpenShared): void {
       assert.ok(
         (await raw.instances()).some((i) => i.id === "slow"),
         "the acknowledging server keeps its registration",
+      );
+    } finally {
+      await raw.close();
+    }
+  });
+
+  test("after only usage notes (a first use from a new network, a key seen in a URL), a server that reads the key does not wait on a server that has not acknowledged them", async (shared) => {
+    const raw = await shared.open();
+    try {
+      const a = input("a");
+      const record = await raw.create(a.input, { actor: ACTOR });
+      // Frozen after acknowledging the key's creation, with a whole lease:
+      // were the notes waited on, the answer would wait out that lease and
+      // the registration would be removed.
+      await raw.registerInstance(info("frozen", LEASE_MS));
+      await ackAll(raw);
+      const before = await raw.revision();
+      const added = await raw.recordNetworkUses([
+        { id: record.id, network: "203.0.113.0/24", at: new Date() },
+      ]);
+      assert.equal(added.length, 1);
+      assert.equal(
+        await raw.markExposed(record.id, {
+          actor: "server",
+          from: "203.0.113.9",
+        }),
+        true,
+      );
+      const noted = await raw.revision();
+      assert.ok(noted > before, "the notes moved the revision");
+      await using reader = await server(shared);
+      const started = performance.now();
+      assert.equal((await reader.lookup.authenticate(a.key)).ok, true);
+      const waited = performance.now() - started;
+      assert.ok(waited < LEASE_MS / 3, `answered after ${waited} ms`);
+      const frozen = (await raw.instances()).find((i) => i.id === "frozen");
+      assert.ok(
+        frozen !== undefined && frozen.acked < noted,
+        "the frozen server keeps its registration, still owing the notes",
       );
     } finally {
       await raw.close();

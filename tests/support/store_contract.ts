@@ -449,6 +449,7 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.deepEqual(await store.findByHashAt(a.hash), {
       record: a,
       revision: r1,
+      authRevision: r1,
     });
     await store.revoke(a.id, { actor: ACTOR });
     const seen = await store.findByHashAt(a.hash);
@@ -457,6 +458,7 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.deepEqual(await store.findByHashAt(generateApiKey().hash), {
       record: null,
       revision: seen.revision,
+      authRevision: seen.revision,
     });
   });
 

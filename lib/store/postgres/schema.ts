@@ -3,7 +3,8 @@
  * migrations recorded in `schema_version`.
  *
  * Tables:
- * - `meta`: one row holding the revision and the last key id handed out.
+ * - `meta`: one row holding the revision, the revision of the last change
+ *   that altered authentication, and the last key id handed out.
  *   Every change locks it first (`SELECT … FOR UPDATE`), so changes are
  *   totally ordered, ids come out 1, 2, 3 … and the audit follows that order.
  * - `keys`: one row per key, valid or revoked; `hash` is unique, and a partial
@@ -151,6 +152,14 @@ const MIGRATIONS: readonly string[] = [
     WHERE status = 'valid' AND expires_at IS NOT NULL;
   CREATE INDEX keys_replaced_by ON keys (replaced_by)
     WHERE status = 'valid' AND replaced_by IS NOT NULL;
+  `,
+  // 6: the revision of the last change that altered authentication, which
+  // a server that read a record waits for, apart from usage notes that move
+  // the revision only. It starts at the revision: every change so far counts.
+  `
+  ALTER TABLE meta ADD COLUMN auth_revision bigint;
+  UPDATE meta SET auth_revision = revision;
+  ALTER TABLE meta ALTER COLUMN auth_revision SET NOT NULL;
   `,
 ];
 

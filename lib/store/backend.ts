@@ -1,0 +1,218 @@
+/**
+ * The seam: the few primitives a database must provide for the key store,
+ * and nothing more. Every rule about keys (what a creation, a revocation, a
+ * rotation, a retirement, a usage note is) lives above it, once, in
+ * `changes.ts` and `keys.ts`; a backend only reads consistently, commits
+ * one change atomically, and keeps the change feed and the registrations.
+ * docs/design.md ("A third backend") says what each primitive promises;
+ * tests/support/store_contract.ts and lease_contract.ts are the proof.
+ *
+ * @module
+ */
+
+import type { Alters, AuditLine, ChangeKind, Committed } from "./change.ts";
+import type {
+  AuditEntry,
+  ChangeOptions,
+  ExportItem,
+  InstanceRegistry,
+  KeyRecord,
+  NetworkUse,
+  RefusedUse,
+} from "./types.ts";
+
+/** The usage lists kept apart from a key's record. */
+export interface UsageLists {
+  networks: NetworkUse[];
+  refused: RefusedUse[];
+}
+
+/**
+ * What a change reads, inside its transaction: each read is part of the
+ * change's compare-and-set (KV checks it at commit; PostgreSQL holds the
+ * `meta` lock or the row's), so a change decides on data that still holds
+ * when it commits, or is tried again.
+ */
+export interface ChangeReads {
+  /** Key `id`'s record as stored (no last use, no usage lists); null when none. */
+  get(id: number): Promise<KeyRecord | null>;
+  /** The id of the valid key, not in an overlap, holding this name (compared by `nameKey`). */
+  nameHolder(name: string): Promise<number | null>;
+  /** Whether any key, valid or revoked, has this hash. */
+  hashTaken(hash: string): Promise<boolean>;
+  /** The next key id, handed out once per call; saved when the change commits. */
+  nextId(): Promise<number>;
+  /** Key `id`'s usage lists; null when no such key. */
+  usage(id: number): Promise<UsageLists | null>;
+}
+
+/** A write a change makes, applied in order when it commits. */
+export type Write =
+  | { kind: "insert" | "update"; record: KeyRecord }
+  | { kind: "usage"; id: number; lists: Partial<UsageLists> };
+
+/**
+ * One change being made: its reads, its time, and the writes and audit
+ * lines it collects, which the backend applies atomically. Nothing written
+ * is read back before the commit, in any backend.
+ */
+export class ChangeDraft<A extends Alters> implements ChangeReads {
+  /** What the change alters, as declared. */
+  readonly alters: A;
+  /** The time of the change, for the records and the audit lines alike. */
+  readonly at: Date;
+  readonly writes: Write[] = [];
+  readonly lines: AuditLine<A>[] = [];
+  #reads: ChangeReads;
+
+  constructor(alters: A, reads: ChangeReads, options: { at?: Date } = {}) {
+    this.alters = alters;
+    this.#reads = reads;
+    this.at = options.at ?? new Date();
+  }
+
+  get(id: number): Promise<KeyRecord | null> {
+    return this.#reads.get(id);
+  }
+
+  nameHolder(name: string): Promise<number | null> {
+    return this.#reads.nameHolder(name);
+  }
+
+  hashTaken(hash: string): Promise<boolean> {
+    return this.#reads.hashTaken(hash);
+  }
+
+  nextId(): Promise<number> {
+    return this.#reads.nextId();
+  }
+
+  usage(id: number): Promise<UsageLists | null> {
+    return this.#reads.usage(id);
+  }
+
+  /** Stores a new record. */
+  insert(record: KeyRecord): void {
+    this.writes.push({ kind: "insert", record });
+  }
+
+  /** Rewrites a stored record. */
+  update(record: KeyRecord): void {
+    this.writes.push({ kind: "update", record });
+  }
+
+  /** Rewrites one or both of key `id`'s usage lists. */
+  putUsage(id: number, lists: Partial<UsageLists>): void {
+    this.writes.push({ kind: "usage", id, lists });
+  }
+
+  /**
+   * Appends an audit line, numbered by the next revision: a property, not a
+   * method, so that the compiler checks the line's action against `A`.
+   */
+  readonly audit = (line: AuditLine<A>): void => {
+    this.lines.push(line);
+  };
+
+  /**
+   * How far the change moves the revision: one per audit line, and one for
+   * a record rewritten without a line (a retirement's spent link), so that
+   * every write of a record a server may hold moves it. Usage lists alone
+   * move nothing.
+   */
+  get moves(): number {
+    if (this.lines.length > 0) return this.lines.length;
+    return this.writes.some((write) => write.kind !== "usage") ? 1 : 0;
+  }
+}
+
+/** Key `id`'s stored record, with what a backend keeps apart from it. */
+export function withUsage(
+  record: KeyRecord,
+  usage: { lastUsedAt: string | null } & Partial<UsageLists>,
+): KeyRecord {
+  return {
+    ...record,
+    // Never before the key's creation, which a server whose clock runs
+    // behind the console's, or an older version that rounded down to the
+    // minute, could have written.
+    lastUsedAt: usage.lastUsedAt !== null &&
+        Date.parse(usage.lastUsedAt) < Date.parse(record.createdAt)
+      ? record.createdAt
+      : usage.lastUsedAt,
+    networks: usage.networks ?? [],
+    refusedUses: usage.refused ?? [],
+  };
+}
+
+/** What a backend's read of a record by hash answers, in one snapshot. */
+export interface HashRead {
+  /** The record, valid or revoked; null when none (or an import is unfinished). */
+  record: KeyRecord | null;
+  /** The store's revision at the read. */
+  revision: bigint;
+  /**
+   * The revision of the last change that altered authentication, at the
+   * read: a server that read the record need wait only for this one.
+   */
+  authRevision: bigint;
+}
+
+/**
+ * The primitives of a key store's database. Reads are strongly consistent;
+ * `change` is the only way to alter a key; the registry and the change
+ * feed are {@linkcode InstanceRegistry}'s.
+ */
+export interface StoreBackend extends InstanceRegistry {
+  /** A record by hash with the revisions it was read at, in one snapshot. */
+  findByHashAt(hash: string): Promise<HashRead>;
+  /** A record by id, with last use and usage lists; null when none. */
+  get(id: number): Promise<KeyRecord | null>;
+  /** The valid key, not in an overlap, holding this name, with usage; null when none. */
+  getByName(name: string): Promise<KeyRecord | null>;
+  /** Records in id order with usage, streamed; valid only unless `includeRevoked`. */
+  list(options?: { includeRevoked?: boolean }): AsyncIterable<KeyRecord>;
+  /** Ids of valid keys whose deadline is at or before `now`, from an index. */
+  dueKeys(now: Date): AsyncIterable<number>;
+  /** Valid keys in an overlap whose replacement is key `id`, with usage. */
+  predecessors(id: number): AsyncIterable<KeyRecord>;
+  /** The audit log in revision order, streamed. */
+  audit(options?: { keyId?: number }): AsyncIterable<AuditEntry>;
+  /** The store's revision. */
+  revision(): Promise<bigint>;
+  /** Ids and hashes above `afterId`, in id order; nothing while an import is unfinished. */
+  keyHashes(options?: { afterId?: number }): AsyncIterable<{
+    id: number;
+    hash: string;
+  }>;
+  /** The revision at which the set of keys was last replaced wholesale. */
+  importRevision(): Promise<bigint>;
+  /**
+   * Makes one change: runs `work` on a draft whose reads are checked, then
+   * in one atomic step applies its writes, appends its audit lines under
+   * the revisions it moves to, moves the revision (and, for a change that
+   * alters authentication, the authentication revision with it), or
+   * nothing at all. A conflict runs `work` again on fresh reads. Refused
+   * with `ImportStateError` while an import is unfinished.
+   */
+  change<T, A extends Alters>(
+    kind: ChangeKind<A>,
+    work: (draft: ChangeDraft<A>) => Promise<T>,
+  ): Promise<Committed<T, A>>;
+  /** Keeps the latest time of each key's last use: no audit line, no revision. */
+  recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
+  /**
+   * Restores checked export items into an empty store and audits the
+   * import, with nothing visible to a reader until it is whole.
+   */
+  importAll(
+    items: AsyncIterable<ExportItem>,
+    options: ChangeOptions,
+  ): Promise<Committed<{ keys: number; audit: number }, "authentication">>;
+  /** Ends an unfinished import, emptying the store; false when there was none. */
+  abortImport(
+    options: ChangeOptions,
+  ): Promise<Committed<boolean, "authentication">>;
+  /** Releases the database. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,175 @@
+/**
+ * What a change is, by type: whether it can alter what authenticates, the
+ * audit lines each kind may write, and the {@linkcode Committed} value a
+ * change hands back, whose result a caller reaches only the way its kind
+ * allows. A change that alters authentication must be settled (waited on,
+ * in the server and the console: lib/store/acknowledged.ts); one that alters
+ * only usage may be read at once. The compiler holds each change to this,
+ * not a list of method names.
+ *
+ * @module
+ */
+
+import type { AuditEntry, InstanceRecord } from "./types.ts";
+
+/**
+ * What a change can alter. `authentication`: what a request reads (a key
+ * created, revoked, rotated, retired, restricted, or the whole set
+ * replaced by an import); every server must drop what it replaced before
+ * the change returns. `usage`: notes a request does not read (a first use
+ * from a network, a key seen in a URL): they may move the revision, as
+ * every audit line does, but no server drops anything for them.
+ */
+export type Alters = "authentication" | "usage";
+
+/** The audit actions of changes that alter only usage. */
+export type QuietAction = "network" | "expose";
+
+/** The audit actions the change feed leaves out: written once, read by every store. */
+export const QUIET_ACTIONS: readonly QuietAction[] = ["network", "expose"];
+
+/** The audit actions a change of kind `A` may write. */
+export type ActionOf<A extends Alters> = A extends "usage" ? QuietAction
+  : Exclude<AuditEntry["action"], QuietAction>;
+
+/**
+ * One audit line a change of kind `A` writes; the store adds the time and
+ * numbers it by the revision it moves to. A usage change cannot write a
+ * line that the change feed would carry, nor an authentication change one
+ * that it would leave out.
+ */
+export type AuditLine<A extends Alters = Alters> =
+  & Omit<AuditEntry, "at" | "action">
+  & { action: ActionOf<A> };
+
+/** The store methods whose changes alter what authenticates. */
+export type AuthenticationChange =
+  | "create"
+  | "revoke"
+  | "rotate"
+  | "retire"
+  | "setAllowFrom"
+  | "importAll"
+  | "abortImport";
+
+/** The store methods whose changes alter only usage. */
+export type UsageChange =
+  | "markExposed"
+  | "recordNetworkUses"
+  | "recordRefusedUses";
+
+/** A change's declaration: which method makes it, and what it alters. */
+export interface ChangeKind<A extends Alters> {
+  readonly name: A extends "authentication" ? AuthenticationChange
+    : UsageChange;
+  readonly alters: A;
+}
+
+/** A server that did not acknowledge, and whose lease ran out instead; or, `broken`, a registration that could not be read. */
+export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken">;
+
+/** How a wait for the servers went, for progress lines and the benchmark. */
+export interface AcknowledgeReport {
+  /** The revision every server now knows or no longer vouches for. */
+  revision: bigint;
+  /** Milliseconds from the change's return to the end of the wait. */
+  waitedMs: number;
+  /** The servers waited for. */
+  servers: number;
+  /** Those whose lease ran out rather than acknowledge. */
+  lapsed: Lapsed[];
+  /** The wait was ended early: the change is made, not yet acknowledged everywhere. */
+  interrupted: boolean;
+  /** When interrupted: the servers that still owed an acknowledgement. */
+  owing: Lapsed[];
+  /** When interrupted: milliseconds until the lease of every server owing has run out. */
+  remainingMs: number;
+}
+
+/**
+ * A change was made, but the wait for its acknowledgements was interrupted
+ * (Ctrl-C at the console): what the change returned, and how the wait stood.
+ */
+export class WaitInterruptedError extends Error {
+  override name = "WaitInterruptedError";
+  /** The store method that made the change: "revoke", "rotate" … */
+  readonly change: AuthenticationChange;
+  /** What that method returned. */
+  readonly result: unknown;
+  readonly report: AcknowledgeReport;
+
+  constructor(
+    change: AuthenticationChange,
+    result: unknown,
+    options: { report: AcknowledgeReport },
+  ) {
+    super(`The ${change} is made; its wait for servers was interrupted`);
+    this.change = change;
+    this.result = result;
+    this.report = options.report;
+  }
+}
+
+/**
+ * How a store settles a change that alters authentication: resolves once it
+ * may return (with the wait's report), or at once when nobody waits (a
+ * store opened for tests, or a tool that runs beside no server).
+ */
+export type Acknowledge = (
+  change: Committed<unknown, "authentication">,
+) => Promise<AcknowledgeReport | null>;
+
+/**
+ * A change the store committed (or found already made): its kind, the
+ * revision the store stands at after it, and its result, kept private. An
+ * authentication change's result is reached only through
+ * {@linkcode Committed.settle}, which waits as the store was told to; a
+ * usage change's through {@linkcode Committed.quiet}, which the compiler
+ * refuses on an authentication change.
+ */
+export class Committed<T, A extends Alters> {
+  /** What the change was declared to be. */
+  readonly kind: ChangeKind<A>;
+  /**
+   * The store's revision once the change was made: every server that has
+   * acknowledged it knows the change. When the change found nothing to do,
+   * the revision it read, so that a repeated revocation still waits for
+   * the first one to be known everywhere.
+   */
+  readonly revision: bigint;
+  readonly #value: T;
+
+  constructor(kind: ChangeKind<A>, revision: bigint, value: T) {
+    this.kind = kind;
+    this.revision = revision;
+    this.#value = value;
+  }
+
+  /** The result of a change that alters only usage: nothing to wait for. */
+  quiet(this: Committed<T, "usage">): T {
+    return this.#value;
+  }
+
+  /**
+   * The result of a change that alters authentication, once `acknowledge`
+   * has resolved. Throws {@linkcode WaitInterruptedError} when the wait was
+   * interrupted, with the result, as the change is made.
+   */
+  async settle(
+    this: Committed<T, "authentication">,
+    acknowledge: Acknowledge,
+  ): Promise<T> {
+    const report = await acknowledge(this);
+    if (report?.interrupted) {
+      throw new WaitInterruptedError(
+        this.kind.name as AuthenticationChange,
+        this.#value,
+        { report },
+      );
+    }
+    return this.#value;
+  }
+}
+
+/** Settles without waiting: for a store no server reads from memory. */
+export const NO_WAIT: Acknowledge = (): Promise<null> => Promise.resolve(null);

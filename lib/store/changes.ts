@@ -1,0 +1,258 @@
+/**
+ * Every change to a key, written once for every backend: each takes the
+ * draft of one change (lib/store/backend.ts), reads what it needs through
+ * it, decides by the rules of `records.ts` and `usage_lists.ts`, and writes
+ * records and audit lines into it. The backend commits the draft atomically
+ * or runs the change again on fresh reads. A change's draft type says what
+ * it alters, so a usage note cannot write a revocation's audit line, nor a
+ * revocation run as a usage note.
+ *
+ * @module
+ */
+
+import type { ChangeDraft, ChangeReads } from "./backend.ts";
+import {
+  KeyCollisionError,
+  KeyNotFoundError,
+  NameTakenError,
+  RotateRevokedError,
+} from "./errors.ts";
+import {
+  AUDIT_DETAIL,
+  newRecord,
+  normalizeEmail,
+  normalizeName,
+  refuseRetiring,
+  retiredRecord,
+  revokedRecord,
+  rotateDetail,
+  rotation,
+} from "./records.ts";
+import {
+  allowFromDetail,
+  appendRefused,
+  mergeNetworks,
+  networkDetail,
+  normalizeAllowFrom,
+} from "./usage_lists.ts";
+import type {
+  ChangeOptions,
+  ExposeOptions,
+  KeyRecord,
+  NewKeyInput,
+  RetireOptions,
+  RevokeOptions,
+  RevokeResult,
+  RotateOptions,
+  RotateResult,
+} from "./types.ts";
+
+type Authenticating = ChangeDraft<"authentication">;
+type Quiet = ChangeDraft<"usage">;
+
+/** Who the audit log says noted a first use from a network. */
+const SERVER_ACTOR = "server";
+
+/** Stores a new valid key under the next id; its name must be free. */
+export async function createKey(
+  draft: Authenticating,
+  input: NewKeyInput,
+  options: ChangeOptions,
+): Promise<KeyRecord> {
+  const name = normalizeName(input.name);
+  const email = normalizeEmail(input.email);
+  const allowFrom = input.allowFrom
+    ? normalizeAllowFrom(input.allowFrom)
+    : null;
+  const holder = await draft.nameHolder(name);
+  if (holder !== null) throw new NameTakenError(name, holder);
+  if (await draft.hashTaken(input.hash)) throw new KeyCollisionError();
+  const record = newRecord(
+    await draft.nextId(),
+    { ...input, name, email, allowFrom },
+    draft.at,
+  );
+  draft.insert(record);
+  draft.audit({
+    action: "create",
+    keyId: record.id,
+    actor: options.actor,
+    detail: allowFrom === null ? null : allowFromDetail(allowFrom),
+  });
+  return record;
+}
+
+/** Revokes key `id`; a revoked key is left as it is. */
+export async function revokeKey(
+  draft: Authenticating,
+  id: number,
+  options: RevokeOptions,
+): Promise<RevokeResult> {
+  const current = await stored(draft, id);
+  if (current.status === "revoked") return { record: current, changed: false };
+  const record = revokedRecord(current, draft.at, options.reason);
+  draft.update(record);
+  draft.audit({
+    action: "revoke",
+    keyId: id,
+    actor: options.actor,
+    detail: options.reason ?? null,
+  });
+  return { record, changed: true };
+}
+
+/**
+ * Replaces key `id` by a new key of the same name and e-mail: the old one
+ * revoked now, or kept through an overlap (and, with `untilFirstUse`,
+ * retired by its replacement's first use).
+ */
+export async function rotateKey(
+  draft: Authenticating,
+  id: number,
+  options: RotateOptions & {
+    replacement: Pick<NewKeyInput, "hash" | "hint" | "expiresAt">;
+  },
+): Promise<RotateResult> {
+  const { replacement, ...rotate } = options;
+  const current = await stored(draft, id);
+  if (current.status === "revoked") throw new RotateRevokedError(id);
+  refuseRetiring(current);
+  if (await draft.hashTaken(replacement.hash)) throw new KeyCollisionError();
+  const fresh = newRecord(await draft.nextId(), {
+    ...replacement,
+    name: current.name,
+    email: current.email,
+  }, draft.at);
+  const { created, old } = rotation(current, fresh, {
+    at: draft.at,
+    ...rotate,
+  });
+  // The old key first: it gives up the name the new one takes.
+  draft.update(old);
+  draft.insert(created);
+  draft.audit({
+    action: "rotate",
+    keyId: id,
+    actor: rotate.actor,
+    detail: rotateDetail(created.id, rotate),
+  });
+  return { revoked: old, created };
+}
+
+/**
+ * Writes the revocation a lifetime already decided: key `id` past its
+ * deadline, or (`first_use`) the key that `id` retires at its first use.
+ */
+export async function retireKey(
+  draft: Authenticating,
+  id: number,
+  options: RetireOptions,
+): Promise<RevokeResult> {
+  const self = await stored(draft, id);
+  const firstUse = options.cause === "first_use";
+  const targetId = firstUse ? self.retires : id;
+  const unchanged = { record: self, changed: false };
+  if (targetId === null) return unchanged;
+  const target = targetId === id ? self : await draft.get(targetId);
+  // The link is spent whatever became of the old key, so the write
+  // happens once.
+  if (firstUse) draft.update({ ...self, retires: null });
+  const record = target &&
+    retiredRecord(target, draft.at, firstUse ? self : undefined);
+  if (!record) return unchanged;
+  draft.update(record);
+  draft.audit({
+    action: "revoke",
+    keyId: record.id,
+    actor: options.actor,
+    detail: record.revokedReason,
+  });
+  return { record, changed: true };
+}
+
+/** Sets (or with null clears) the networks key `id` may be used from. */
+export async function restrictKey(
+  draft: Authenticating,
+  id: number,
+  options: ChangeOptions & { allowFrom: string[] | null },
+): Promise<{ record: KeyRecord; changed: boolean }> {
+  const wanted = options.allowFrom === null
+    ? null
+    : normalizeAllowFrom(options.allowFrom);
+  const current = await stored(draft, id);
+  const record = { ...current, allowFrom: wanted };
+  if (JSON.stringify(current.allowFrom) === JSON.stringify(wanted)) {
+    return { record, changed: false };
+  }
+  draft.update(record);
+  draft.audit({
+    action: "allow_from",
+    keyId: id,
+    actor: options.actor,
+    detail: allowFromDetail(wanted),
+  });
+  return { record, changed: true };
+}
+
+/** Marks key `id` as seen in a URL, once; true when this call marked it. */
+export async function exposeKey(
+  draft: Quiet,
+  id: number,
+  options: ExposeOptions,
+): Promise<boolean> {
+  const current = await stored(draft, id);
+  if (current.exposedAt !== null) return false;
+  draft.update({
+    ...current,
+    exposedAt: draft.at.toISOString(),
+    exposedFrom: options.from,
+  });
+  draft.audit({
+    action: "expose",
+    keyId: id,
+    actor: options.actor,
+    detail: AUDIT_DETAIL.expose(options.from),
+  });
+  return true;
+}
+
+/**
+ * Merges one key's network uses into its bounded list; every network the
+ * list did not hold is audited. Returns those; none for an unknown key.
+ */
+export async function noteNetworks(
+  draft: Quiet,
+  id: number,
+  uses: Iterable<{ network: string; at: Date }>,
+): Promise<string[]> {
+  const lists = await draft.usage(id);
+  if (lists === null) return [];
+  const merged = mergeNetworks(lists.networks, uses);
+  draft.putUsage(id, { networks: merged.networks });
+  for (const network of merged.added) {
+    draft.audit({
+      action: "network",
+      keyId: id,
+      actor: SERVER_ACTOR,
+      detail: networkDetail(network),
+    });
+  }
+  return merged.added;
+}
+
+/** Appends one key's refused uses to its bounded list: no audit line. */
+export async function noteRefused(
+  draft: Quiet,
+  id: number,
+  uses: Iterable<{ address: string; at: Date }>,
+): Promise<void> {
+  const lists = await draft.usage(id);
+  if (lists === null) return;
+  draft.putUsage(id, { refused: appendRefused(lists.refused, uses) });
+}
+
+async function stored(draft: ChangeReads, id: number): Promise<KeyRecord> {
+  const record = await draft.get(id);
+  if (record === null) throw new KeyNotFoundError(id);
+  return record;
+}

@@ -1,0 +1,188 @@
+/**
+ * The KV backend's one change primitive: a draft's reads checked, its
+ * writes, audit lines and revision moves in one `atomic()`, retried on a
+ * conflict or a locked database file.
+ *
+ * @module
+ */
+
+import {
+  ChangeDraft,
+  type ChangeReads,
+  type UsageLists,
+  type Write,
+} from "../backend.ts";
+import { type Alters, type ChangeKind, Committed } from "../change.ts";
+import { ImportStateError, KeyIdsExhaustedError } from "../errors.ts";
+import { MAX_KEY_ID } from "../records.ts";
+import type { KeyRecord, NetworkUse, RefusedUse } from "../types.ts";
+import {
+  auditKey,
+  AUTH_REVISION,
+  backoff,
+  busy,
+  counted,
+  holdsName,
+  IMPORTING,
+  isLocked,
+  KEY_ID_COUNTER,
+  keyByHash,
+  keyById,
+  keyByName,
+  MAX_TRIES,
+  networksKey,
+  putRecord,
+  refusedKey,
+  REVISION,
+  sameKey,
+  storedRecord,
+} from "./_layout.ts";
+
+/**
+ * Makes one change on `kv`: `work` runs on a draft whose reads become the
+ * commit's checks, together with the revision's, so a change decides on
+ * data that still holds when it commits, or runs again.
+ */
+export async function changeIn<T, A extends Alters>(
+  kv: Deno.Kv,
+  kind: ChangeKind<A>,
+  work: (draft: ChangeDraft<A>) => Promise<T>,
+): Promise<Committed<T, A>> {
+  for (let tries = 1;; tries++) {
+    const [current, marker] = await kv.getMany<[Deno.KvU64, unknown]>(
+      [REVISION, IMPORTING],
+    );
+    // The import sets the marker with a revision bump, so the check of
+    // `current` below also fails a change that raced its start.
+    if (marker.value !== null) {
+      throw new ImportStateError("import_unfinished");
+    }
+    const reads = new _Reads(kv);
+    const draft = new ChangeDraft(kind.alters, reads);
+    const result = await work(draft);
+    const before = counted(current);
+    if (draft.writes.length === 0) return new Committed(kind, before, result);
+    const revision = before + BigInt(draft.moves);
+    const op = kv.atomic().check(current);
+    await reads.write(op, draft.writes);
+    draft.lines.forEach((line, i) => {
+      const at = draft.at.toISOString();
+      op.set(auditKey(before + BigInt(i + 1)), { at, ...line });
+    });
+    if (revision > before) {
+      op.set(REVISION, new Deno.KvU64(revision));
+      if (kind.alters === "authentication") {
+        op.set(AUTH_REVISION, new Deno.KvU64(revision));
+      }
+    }
+    try {
+      if ((await op.commit()).ok) {
+        return new Committed(kind, revision, result);
+      }
+    } catch (error) {
+      // Another process holds the SQLite write lock: wait and go again.
+      if (!isLocked(error)) throw error;
+    }
+    if (tries >= MAX_TRIES) throw busy();
+    await backoff(tries);
+  }
+}
+
+/**
+ * The reads of one change, each remembered as a check of its entry, and
+ * the writes that turn its draft into mutations.
+ */
+class _Reads implements ChangeReads {
+  #kv: Deno.Kv;
+  #op: Deno.AtomicCheck[] = [];
+  #lastId: number | null = null;
+
+  constructor(kv: Deno.Kv) {
+    this.#kv = kv;
+  }
+
+  async get(id: number): Promise<KeyRecord | null> {
+    const entry = this.#checked(await this.#kv.get<KeyRecord>(keyById(id)));
+    return entry.value && storedRecord(entry.value);
+  }
+
+  async nameHolder(name: string): Promise<number | null> {
+    return this.#checked(await this.#kv.get<number>(keyByName(name))).value;
+  }
+
+  async hashTaken(hash: string): Promise<boolean> {
+    return this.#checked(await this.#kv.get(keyByHash(hash))).value !== null;
+  }
+
+  async nextId(): Promise<number> {
+    if (this.#lastId === null) {
+      const counter = await this.#kv.get<Deno.KvU64>(KEY_ID_COUNTER);
+      this.#lastId = Number(counted(this.#checked(counter)));
+    }
+    if (this.#lastId >= MAX_KEY_ID) throw new KeyIdsExhaustedError(MAX_KEY_ID);
+    return ++this.#lastId;
+  }
+
+  async usage(id: number): Promise<UsageLists | null> {
+    const [record, networks, refused] = await this.#kv.getMany<
+      [KeyRecord, NetworkUse[], RefusedUse[]]
+    >([keyById(id), networksKey(id), refusedKey(id)]);
+    for (const entry of [record, networks, refused]) {
+      this.#checked<unknown>(entry);
+    }
+    if (record.value === null) return null;
+    return { networks: networks.value ?? [], refused: refused.value ?? [] };
+  }
+
+  /** Adds the checks of every read, then the draft's writes, to `op`. */
+  async write(op: Deno.AtomicOperation, writes: Write[]): Promise<void> {
+    // Name entries follow the records: held by a valid key not in an
+    // overlap, freed when the key that held one gives it up.
+    const names = new Map<string, { key: Deno.KvKey; id: number | null }>();
+    for (const write of writes) {
+      if (write.kind === "usage") {
+        const { networks, refused } = write.lists;
+        if (networks) op.set(networksKey(write.id), networks);
+        if (refused) op.set(refusedKey(write.id), refused);
+        continue;
+      }
+      const record = write.record;
+      putRecord(op, record);
+      const key = nameEntry(record);
+      if (key === null) continue;
+      const slot = JSON.stringify(key);
+      if (holdsName(record)) {
+        names.set(slot, { key, id: record.id });
+      } else if (!names.has(slot)) {
+        const entry = this.#checked(await this.#kv.get<number>(key));
+        if (entry.value === record.id) names.set(slot, { key, id: null });
+      } else if (names.get(slot)!.id === record.id) {
+        names.set(slot, { key, id: null });
+      }
+    }
+    for (const { key, id } of names.values()) {
+      if (id === null) op.delete(key);
+      else op.set(key, id);
+    }
+    if (this.#lastId !== null) {
+      op.set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(this.#lastId)));
+    }
+    op.check(...this.#op);
+  }
+
+  #checked<T>(entry: Deno.KvEntryMaybe<T>): Deno.KvEntryMaybe<T> {
+    if (!this.#op.some((seen) => sameKey(seen.key, entry.key))) {
+      this.#op.push(entry);
+    }
+    return entry;
+  }
+}
+
+/** A record's name entry; null for a name no entry can hold (an imported revoked key's). */
+function nameEntry(record: KeyRecord): Deno.KvKey | null {
+  try {
+    return keyByName(record.name);
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,383 @@
+/**
+ * The KV backend's import and abort. An import cannot be one atomic
+ * operation, so it writes in batches under the `["importing"]` marker: the
+ * marker is set with a revision bump on an empty store, every batch checks
+ * that the marker is still its own, and the marker goes with another bump
+ * when the import completes or has been wiped again. Since lookups read the
+ * marker in the same snapshot as the record, no key of an unfinished import
+ * ever authenticates, and since the revisions are never wiped, a revision
+ * never repeats.
+ *
+ * @module
+ */
+
+import { ImportChecker } from "../_import_check.ts";
+import { type ChangeKind, Committed } from "../change.ts";
+import {
+  ImportItemError,
+  ImportStateError,
+  StoreInputError,
+} from "../errors.ts";
+import { withLifecycle } from "../records.ts";
+import type {
+  AuditEntry,
+  ChangeOptions,
+  ExportItem,
+  KeyRecord,
+} from "../types.ts";
+import {
+  auditKey,
+  AUTH_REVISION,
+  backoff,
+  bigMax,
+  busy,
+  commitRetrying,
+  counted,
+  IMPORT_REVISION,
+  IMPORTING,
+  INDEXED,
+  indexKeys,
+  KEY_ID_COUNTER,
+  keyByHash,
+  keyById,
+  keyByName,
+  lastUsedKey,
+  MAX_TRIES,
+  networksKey,
+  refusedKey,
+  REVISION,
+} from "./_layout.ts";
+
+/** The value under `["importing"]`; older versions stored `true`. */
+interface ImportMarker {
+  /** Unique per import or abort, so two can never mistake each other's marker. */
+  token: string;
+  state: "importing" | "aborting";
+  startedAt: string;
+  actor: string;
+}
+
+/**
+ * What survives a wipe, so that revisions only ever grow, and so that the
+ * servers' registrations, which an import waits on, stay.
+ */
+const META_KEYS = new Set<Deno.KvKeyPart>([
+  REVISION[0],
+  AUTH_REVISION[0],
+  "instances",
+  IMPORTING[0],
+  IMPORT_REVISION[0],
+]);
+
+/**
+ * Budgets of one atomic operation during an import or a wipe, about half of
+ * KV's limits (1000 mutations, 800 KiB in all, 80 KiB of keys), counted in
+ * bytes so that long texts cannot push a batch over them.
+ */
+const BATCH_LIMITS = { mutations: 500, bytes: 400 * 1024, keyBytes: 40 * 1024 };
+
+const IMPORT: ChangeKind<"authentication"> = {
+  name: "importAll",
+  alters: "authentication",
+};
+const ABORT: ChangeKind<"authentication"> = {
+  name: "abortImport",
+  alters: "authentication",
+};
+
+/** Restores `items` into the empty store `kv`; see the module's comment. */
+export async function importInto(
+  kv: Deno.Kv,
+  items: AsyncIterable<ExportItem>,
+  options: ChangeOptions,
+): Promise<Committed<{ keys: number; audit: number }, "authentication">> {
+  const ours = await beginImport(kv, options);
+  try {
+    const checker = new ImportChecker();
+    const counts = await writeImport(kv, items, { ours, checker });
+    const revision = await finishImport(kv, ours, {
+      ...counts,
+      maxId: checker.maxId,
+      actor: options.actor,
+    });
+    return new Committed(IMPORT, revision, counts);
+  } catch (error) {
+    try {
+      await wipe(kv, ours);
+    } catch {
+      // The marker stays, so no key works and every change is refused
+      // until "keys import --abort"; the error that matters is the first.
+    }
+    throw error;
+  }
+}
+
+/** Ends an unfinished import: a new marker first, then the wipe. */
+export async function abortIn(
+  kv: Deno.Kv,
+  options: ChangeOptions,
+): Promise<Committed<boolean, "authentication">> {
+  for (let tries = 1;; tries++) {
+    const [current, marker] = await kv.getMany<[Deno.KvU64, unknown]>([
+      REVISION,
+      IMPORTING,
+    ]);
+    if (marker.value === null) {
+      return new Committed(ABORT, counted(current), false);
+    }
+    // A new token first: the import, if it still runs, fails at its next
+    // batch instead of writing into the store being emptied.
+    const revision = counted(current) + 1n;
+    const res = await commitRetrying(
+      moveRevision(kv.atomic().check(current, marker), revision)
+        .set(IMPORTING, newMarker("aborting", options)),
+    );
+    if (res.ok) {
+      const wiped = await wipe(kv, {
+        key: IMPORTING,
+        versionstamp: res.versionstamp,
+      });
+      return new Committed(ABORT, wiped, true);
+    }
+    if (tries >= MAX_TRIES) throw busy();
+    await backoff(tries);
+  }
+}
+
+/**
+ * Builds the due and replaced-by indexes of a store written before they
+ * existed: one scan, once per store, then never again.
+ */
+export async function ensureIndexed(kv: Deno.Kv): Promise<void> {
+  if ((await kv.get(INDEXED)).value !== null) return;
+  const batch = new _Batch(kv, await kv.get(IMPORTING));
+  for await (
+    const entry of kv.list<KeyRecord>({ prefix: ["keys"] }, { batchSize: 500 })
+  ) {
+    for (const key of indexKeys(withLifecycle(entry.value))) {
+      await batch.set(key, true);
+    }
+  }
+  await batch.set(INDEXED, true);
+  await batch.flush();
+}
+
+/** Sets revision, import revision and authentication revision alike. */
+function moveRevision(
+  op: Deno.AtomicOperation,
+  revision: bigint,
+): Deno.AtomicOperation {
+  const value = new Deno.KvU64(revision);
+  return op.set(REVISION, value).set(IMPORT_REVISION, value)
+    .set(AUTH_REVISION, value);
+}
+
+/** Sets the marker on an empty store, or refuses; returns the marker's check. */
+async function beginImport(
+  kv: Deno.Kv,
+  options: ChangeOptions,
+): Promise<Deno.AtomicCheck> {
+  const [current, marker] = await kv.getMany<[Deno.KvU64, unknown]>([
+    REVISION,
+    IMPORTING,
+  ]);
+  // Another import's marker is never taken over: it may still be running.
+  if (marker.value !== null) throw new ImportStateError("import_unfinished");
+  if (!(await isEmpty(kv))) {
+    throw new StoreInputError("import_not_empty", "The store is not empty");
+  }
+  // Every change moves the revision, so checking it proves the store is
+  // still as empty as it was just seen.
+  const start = await commitRetrying(
+    moveRevision(kv.atomic().check(current, marker), counted(current) + 1n)
+      .set(IMPORTING, newMarker("importing", options)),
+  );
+  if (!start.ok) {
+    if ((await kv.get(IMPORTING)).value !== null) {
+      throw new ImportStateError("import_unfinished");
+    }
+    throw new StoreInputError(
+      "import_raced",
+      "The store changed while the import began",
+    );
+  }
+  return { key: IMPORTING, versionstamp: start.versionstamp };
+}
+
+async function writeImport(
+  kv: Deno.Kv,
+  items: AsyncIterable<ExportItem>,
+  options: { ours: Deno.AtomicCheck; checker: ImportChecker },
+): Promise<{ keys: number; audit: number }> {
+  const { checker } = options;
+  const counts = { keys: 0, audit: 0 };
+  const batch = new _Batch(kv, options.ours);
+  for await (const item of items) {
+    if (item.type === "key") {
+      const record = checker.record(item.record);
+      const stored = {
+        ...record,
+        lastUsedAt: null,
+        networks: [],
+        refusedUses: [],
+      };
+      await batch.set(keyById(record.id), stored);
+      await batch.set(keyByHash(record.hash), stored);
+      for (const key of indexKeys(withLifecycle(stored))) {
+        await batch.set(key, true);
+      }
+      if (record.status === "valid" && record.replacedBy === null) {
+        await batch.set(keyByName(record.name), record.id);
+      }
+      if (record.lastUsedAt) {
+        await batch.set(lastUsedKey(record.id), record.lastUsedAt);
+      }
+      if (record.networks.length > 0) {
+        await batch.set(networksKey(record.id), record.networks);
+      }
+      if (record.refusedUses.length > 0) {
+        await batch.set(refusedKey(record.id), record.refusedUses);
+      }
+      counts.keys++;
+    } else if (item.type === "audit") {
+      await batch.set(
+        auditKey(BigInt(++counts.audit)),
+        checker.audit(item.entry),
+      );
+    } else {
+      throw new ImportItemError((item as { type: unknown }).type);
+    }
+  }
+  checker.finish();
+  await batch.flush();
+  return counts;
+}
+
+/** Publishes the import: the marker goes and the revision moves in one step. */
+async function finishImport(
+  kv: Deno.Kv,
+  ours: Deno.AtomicCheck,
+  counts: { keys: number; audit: number; maxId: number; actor: string },
+): Promise<bigint> {
+  const current = await kv.get<Deno.KvU64>(REVISION);
+  // Above the imported audit lines, numbered 1, 2, 3 …, and above every
+  // revision the store ever had.
+  const revision = bigMax(counted(current), BigInt(counts.audit)) + 1n;
+  const entry: AuditEntry = {
+    at: new Date().toISOString(),
+    action: "import",
+    keyId: 0,
+    actor: counts.actor,
+    detail: `${counts.keys} keys and ${counts.audit} audit lines`,
+  };
+  const op = moveRevision(kv.atomic().check(ours, current), revision)
+    .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
+    // Every imported record wrote its index entries.
+    .set(INDEXED, true)
+    .set(auditKey(revision), entry)
+    .delete(IMPORTING);
+  if (!(await commitRetrying(op)).ok) {
+    throw new ImportStateError("import_aborted");
+  }
+  return revision;
+}
+
+async function isEmpty(kv: Deno.Kv): Promise<boolean> {
+  for (const prefix of [["keys"], ["keys_by_hash"], ["audit"]]) {
+    for await (const _ of kv.list({ prefix }, { limit: 1 })) return false;
+  }
+  return true;
+}
+
+/**
+ * Deletes all but the revisions and registrations while holding the marker
+ * `ours`, then removes the marker with a revision bump: the store is as
+ * before the import. Stops with ImportStateError when the marker was taken
+ * over. Returns the revision it moved to.
+ */
+async function wipe(kv: Deno.Kv, ours: Deno.AtomicCheck): Promise<bigint> {
+  const batch = new _Batch(kv, ours);
+  for await (const entry of kv.list({ prefix: [] })) {
+    if (META_KEYS.has(entry.key[0] as string)) continue;
+    await batch.delete(entry.key);
+  }
+  await batch.flush();
+  const current = await kv.get<Deno.KvU64>(REVISION);
+  const revision = counted(current) + 1n;
+  const done = await commitRetrying(
+    moveRevision(kv.atomic().check(ours, current), revision).delete(IMPORTING),
+  );
+  if (!done.ok) throw new ImportStateError("import_aborted");
+  return revision;
+}
+
+function newMarker(
+  state: ImportMarker["state"],
+  options: ChangeOptions,
+): ImportMarker {
+  return {
+    token: crypto.randomUUID(),
+    state,
+    startedAt: new Date().toISOString(),
+    actor: options.actor,
+  };
+}
+
+/**
+ * One import's or wipe's writes, committed in atomic operations kept under
+ * KV's limits, each checking that the import marker is still `guard`.
+ */
+class _Batch {
+  #kv: Deno.Kv;
+  #guard: Deno.AtomicCheck;
+  #op: Deno.AtomicOperation;
+  #mutations = 0;
+  #bytes = 0;
+  #keyBytes = 0;
+
+  constructor(kv: Deno.Kv, guard: Deno.AtomicCheck) {
+    this.#kv = kv;
+    this.#guard = guard;
+    this.#op = kv.atomic();
+  }
+
+  async set(key: Deno.KvKey, value: unknown): Promise<void> {
+    await this.#room(key, value);
+    this.#op.set(key, value);
+  }
+
+  async delete(key: Deno.KvKey): Promise<void> {
+    await this.#room(key, null);
+    this.#op.delete(key);
+  }
+
+  async flush(): Promise<void> {
+    if (this.#mutations === 0) return;
+    const result = await commitRetrying(this.#op.check(this.#guard));
+    this.#op = this.#kv.atomic();
+    this.#mutations = this.#bytes = this.#keyBytes = 0;
+    // The marker is the only thing checked: someone aborted this import.
+    if (!result.ok) throw new ImportStateError("import_aborted");
+  }
+
+  async #room(key: Deno.KvKey, value: unknown): Promise<void> {
+    // Upper bounds: UTF-8 takes at most 3 bytes per UTF-16 unit in keys,
+    // and V8's serialisation at most 2 per unit of the JSON text in values.
+    const keyBytes = 3 * JSON.stringify(key, bigints).length + 16;
+    const bytes = keyBytes + 2 * (JSON.stringify(value)?.length ?? 0) + 64;
+    if (
+      this.#mutations + 1 > BATCH_LIMITS.mutations ||
+      this.#bytes + bytes > BATCH_LIMITS.bytes ||
+      this.#keyBytes + keyBytes > BATCH_LIMITS.keyBytes
+    ) {
+      await this.flush();
+    }
+    this.#mutations++;
+    this.#bytes += bytes;
+    this.#keyBytes += keyBytes;
+  }
+}
+
+function bigints(_: string, value: unknown): unknown {
+  return typeof value === "bigint" ? value.toString() : value;
+}

@@ -1,0 +1,179 @@
+/**
+ * The Deno KV store's layout, one key-builder each, and the helpers every
+ * part of the KV backend writes through:
+ *
+ * - `["keys", id]` → KeyRecord, the primary copy
+ * - `["keys_by_hash", hash]` → KeyRecord, a full copy so a request needs one read
+ * - `["keys_by_name", lowercased name]` → id, for valid keys not in an overlap
+ * - `["counters", "key_id"]` → KvU64, the last id handed out
+ * - `["revision"]` → KvU64, the sequence number of the last change: caches
+ *   compare it, and every change checks it, so changes are totally ordered
+ * - `["auth_revision"]` → KvU64, the revision of the last change that
+ *   altered authentication (absent in a store from before it: the revision)
+ * - `["audit", revision]` → AuditEntry, so the log lists in the order of changes
+ * - `["last_used", id]` → ISO time, `["networks", id]` → NetworkUse[],
+ *   `["refused", id]` → RefusedUse[]: written apart from the record, so that
+ *   they neither move the revision nor contend with admin changes (a
+ *   network's first use is audited, and so moves the revision)
+ * - `["import_revision"]` → KvU64, the revision at which an import last
+ *   began or ended; `["importing"]` → ImportMarker while an import runs or
+ *   after one was interrupted
+ * - `["due", ms, id]`, `["replaced_by", replacement, id]`: the console's
+ *   indexes of deadlines and overlaps; `["indexed"]` once they cover every key
+ * - `["instances", id]` → a server's registration
+ *
+ * @module
+ */
+
+import { expiryMs } from "../expiry.ts";
+import { nameKey, withLifecycle } from "../records.ts";
+import { StoreUnavailableError } from "../errors.ts";
+import type { KeyRecord } from "../types.ts";
+
+export function keyById(id: number): Deno.KvKey {
+  return ["keys", id];
+}
+export function keyByHash(hash: string): Deno.KvKey {
+  return ["keys_by_hash", hash];
+}
+export function keyByName(name: string): Deno.KvKey {
+  return ["keys_by_name", nameKey(name)];
+}
+export const KEY_ID_COUNTER = ["counters", "key_id"] as const;
+/** Bumped by every change; exported for the tests that prove caches see it. */
+export const REVISION = ["revision"] as const;
+export const AUTH_REVISION = ["auth_revision"] as const;
+export function auditKey(revision: bigint): Deno.KvKey {
+  return ["audit", revision];
+}
+export function lastUsedKey(id: number): Deno.KvKey {
+  return ["last_used", id];
+}
+export function networksKey(id: number): Deno.KvKey {
+  return ["networks", id];
+}
+export function refusedKey(id: number): Deno.KvKey {
+  return ["refused", id];
+}
+export const IMPORTING = ["importing"] as const;
+export const IMPORT_REVISION = ["import_revision"] as const;
+export function instanceKey(id: string): Deno.KvKey {
+  return ["instances", id];
+}
+/**
+ * A valid key's deadline and a key in an overlap under its replacement. An
+ * entry may outlive what it says (a key revoked or rotated since): readers
+ * check the record and delete the stale entry.
+ */
+export function dueKey(ms: number, id: number): Deno.KvKey {
+  return ["due", ms, id];
+}
+export function replacedByKey(replacement: number, id: number): Deno.KvKey {
+  return ["replaced_by", replacement, id];
+}
+export const INDEXED = ["indexed"] as const;
+
+/** Tries of one change before the store counts as busy. */
+export const MAX_TRIES = 60;
+
+/** A stored record with the fields an older version did not write. */
+export function storedRecord(record: KeyRecord): KeyRecord {
+  return withLifecycle({
+    ...record,
+    allowFrom: record.allowFrom ?? null,
+    lastUsedAt: null,
+    networks: [],
+    refusedUses: [],
+  });
+}
+
+/** Whether a record holds its name: valid and not on its way out. */
+export function holdsName(record: KeyRecord): boolean {
+  return record.status === "valid" && record.replacedBy === null;
+}
+
+/** Writes a record's two copies and the index entries it calls for. */
+export function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
+  // Last use and usage live under their own keys; the stored copies hold none.
+  const stored = storedRecord(record);
+  op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
+  for (const key of indexKeys(stored)) op.set(key, true);
+}
+
+/** The index entries a record calls for (none once it is revoked). */
+export function indexKeys(record: KeyRecord): Deno.KvKey[] {
+  if (record.status !== "valid") return [];
+  const keys: Deno.KvKey[] = [];
+  // An unreadable deadline counts as passed (expiryMs), so it sorts first.
+  const due = Math.max(0, expiryMs(record));
+  if (due !== Infinity) keys.push(dueKey(due, record.id));
+  if (record.replacedBy !== null) {
+    keys.push(replacedByKey(record.replacedBy, record.id));
+  }
+  return keys;
+}
+
+/** The store cannot be read: an outage, never "no such key". */
+export function unreadable(cause: unknown): StoreUnavailableError {
+  return new StoreUnavailableError(
+    "store_unavailable",
+    "The key store cannot be read",
+    { cause },
+  );
+}
+
+/** The store stayed busy through every try. */
+export function busy(): StoreUnavailableError {
+  return new StoreUnavailableError(
+    "store_busy",
+    `The key store stayed busy through ${MAX_TRIES} attempts; try again`,
+  );
+}
+
+/** Waits before try `tries + 1`; full jitter keeps many writers from waking in step. */
+export function backoff(tries: number): Promise<void> {
+  const ceiling = Math.min(250, 2 ** Math.min(tries, 8));
+  return new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
+}
+
+/**
+ * SQLite's "database is locked": another connection holds the write lock.
+ * The one place that reads an error's text, because nothing else tells it:
+ * Deno (2.9) throws a plain TypeError for it, with no `code`, no
+ * `Deno.errors` class and no cause (checked by holding the lock from a second
+ * process). Replace this with a class or code check once Deno gives one.
+ */
+export function isLocked(error: unknown): boolean {
+  return String(error).includes("database is locked");
+}
+
+/**
+ * Commits `op`, waiting out other connections' write locks; a conflict is
+ * the caller's to handle.
+ */
+export async function commitRetrying(
+  op: Deno.AtomicOperation,
+): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
+  for (let tries = 1;; tries++) {
+    try {
+      return await op.commit();
+    } catch (error) {
+      if (!isLocked(error) || tries >= MAX_TRIES) throw error;
+    }
+    await backoff(tries);
+  }
+}
+
+/** The value of a counter entry, 0 when absent. */
+export function counted(entry: Deno.KvEntryMaybe<Deno.KvU64>): bigint {
+  return entry.value?.value ?? 0n;
+}
+
+export function bigMax(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
+}
+
+/** Whether two KV keys are the same. */
+export function sameKey(a: Deno.KvKey, b: Deno.KvKey): boolean {
+  return a.length === b.length && a.every((part, i) => part === b[i]);
+}

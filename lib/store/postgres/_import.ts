@@ -1,0 +1,202 @@
+/**
+ * The PostgreSQL backend's import: one transaction, so servers see none of
+ * it until it commits, and a failed or killed one leaves nothing; it holds
+ * an advisory lock that a second import cannot take.
+ *
+ * @module
+ */
+
+import { ImportChecker } from "../_import_check.ts";
+import { type ChangeKind, Committed } from "../change.ts";
+import {
+  ImportItemError,
+  ImportStateError,
+  StoreInputError,
+} from "../errors.ts";
+import { nameKey } from "../records.ts";
+import type { ChangeOptions, ExportItem, KeyRecord } from "../types.ts";
+import type { Pool, Tx } from "./connection.ts";
+import { IMPORT_LOCK, insertAudit } from "./_rows.ts";
+
+/** Rows per statement when importing. */
+const BATCH = 500;
+
+const IMPORT: ChangeKind<"authentication"> = {
+  name: "importAll",
+  alters: "authentication",
+};
+
+/** Restores `items` into the empty store behind `pool`, in one transaction. */
+export function importInto(
+  pool: Pool,
+  items: AsyncIterable<ExportItem>,
+  options: ChangeOptions,
+): Promise<Committed<{ keys: number; audit: number }, "authentication">> {
+  // No overall deadline, as a large import takes its time; each statement
+  // still has the server's.
+  return pool.transaction(async (tx) => {
+    await lockForImport(tx);
+    const [state] = await tx<{ empty: boolean; revision: string }[]>`
+      SELECT NOT EXISTS (SELECT 1 FROM keys)
+        AND NOT EXISTS (SELECT 1 FROM audit)
+        AND NOT EXISTS (SELECT 1 FROM last_used)
+        AND NOT EXISTS (SELECT 1 FROM key_usage) AS empty,
+        m.revision
+      FROM meta m FOR UPDATE`;
+    if (!state.empty) {
+      throw new StoreInputError("import_not_empty", "The store is not empty");
+    }
+    const counts = await writeImport(tx, items);
+    // Above the imported audit lines and every revision the store had.
+    const before = BigInt(state.revision);
+    const revision =
+      (before > BigInt(counts.audit) ? before : BigInt(counts.audit)) +
+      1n;
+    await tx`
+      UPDATE meta SET revision = ${revision.toString()},
+        auth_revision = ${revision.toString()}, last_key_id = ${counts.maxId}`;
+    await insertAudit(tx, revision, {
+      at: new Date(),
+      action: "import",
+      keyId: 0,
+      actor: options.actor,
+      detail: `${counts.keys} keys and ${counts.audit} audit lines`,
+    });
+    return new Committed(IMPORT, revision, {
+      keys: counts.keys,
+      audit: counts.audit,
+    });
+  }, { timeoutMs: null });
+}
+
+/**
+ * Takes the import lock without waiting on another import: two imports at
+ * once would otherwise run one after the other, and the second fail only
+ * once the first is done. A change holds the lock shared for a moment only,
+ * so that is waited out briefly.
+ */
+async function lockForImport(tx: Tx): Promise<void> {
+  for (let tries = 0; tries < 20; tries++) {
+    const [lock] = await tx<{ locked: boolean }[]>`
+      SELECT pg_try_advisory_xact_lock(${IMPORT_LOCK}) AS locked`;
+    if (lock.locked) return;
+    const [other] = await tx<{ importing: boolean }[]>`
+      SELECT EXISTS (
+        SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+        WHERE l.locktype = 'advisory' AND d.datname = current_database()
+          AND l.objid = ${IMPORT_LOCK}::bigint::oid
+          AND l.mode = 'ExclusiveLock' AND l.granted
+      ) AS importing`;
+    if (other.importing) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new ImportStateError("import_unfinished");
+}
+
+async function writeImport(
+  tx: Tx,
+  items: AsyncIterable<ExportItem>,
+): Promise<{ keys: number; audit: number; maxId: number }> {
+  const counts = { keys: 0, audit: 0, maxId: 0 };
+  const checker = new ImportChecker();
+  let keys: Record<string, unknown>[] = [];
+  let audit: Record<string, unknown>[] = [];
+  const flush = async () => {
+    if (keys.length > 0) await insertImportedKeys(tx, JSON.stringify(keys));
+    if (audit.length > 0) await insertImportedAudit(tx, JSON.stringify(audit));
+    keys = [];
+    audit = [];
+  };
+  for await (const item of items) {
+    if (item.type === "key") {
+      keys.push(importedRow(checker.record(item.record)));
+      counts.keys++;
+      counts.maxId = checker.maxId;
+    } else if (item.type === "audit") {
+      const entry = checker.audit(item.entry);
+      audit.push({
+        seq: ++counts.audit,
+        at: entry.at,
+        action: entry.action,
+        key_id: entry.keyId,
+        actor: entry.actor,
+        detail: entry.detail,
+      });
+    } else {
+      throw new ImportItemError((item as { type: unknown }).type);
+    }
+    if (keys.length + audit.length >= BATCH) await flush();
+  }
+  checker.finish();
+  await flush();
+  return counts;
+}
+
+function importedRow(record: KeyRecord): Record<string, unknown> {
+  return {
+    id: record.id,
+    name: record.name,
+    name_key: importedNameKey(record),
+    email: record.email,
+    status: record.status,
+    hash: record.hash,
+    hint: record.hint,
+    created_at: record.createdAt,
+    revoked_at: record.revokedAt,
+    revoked_reason: record.revokedReason,
+    exposed_at: record.exposedAt,
+    exposed_from: record.exposedFrom,
+    last_used_at: record.lastUsedAt,
+    expires_at: record.expiresAt,
+    replaced_by: record.replacedBy,
+    retires: record.retires,
+    allow_from: record.allowFrom,
+    networks: record.networks,
+    refused: record.refusedUses,
+  };
+}
+
+async function insertImportedKeys(tx: Tx, json: string): Promise<void> {
+  await tx`
+    INSERT INTO keys (id, name, name_key, email, status, hash, hint,
+      created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
+      expires_at, replaced_by, retires, allow_from)
+    SELECT id, name, name_key, email, status, hash, hint,
+      created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
+      expires_at, replaced_by, retires, allow_from
+    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint, name text,
+      name_key text, email text, status text, hash text, hint text,
+      created_at timestamptz, revoked_at timestamptz, revoked_reason text,
+      exposed_at timestamptz, exposed_from text,
+      expires_at timestamptz, replaced_by bigint, retires bigint,
+      allow_from jsonb)`;
+  await tx`
+    INSERT INTO key_usage (key_id, networks, refused)
+    SELECT id, networks, refused
+    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint,
+      networks jsonb, refused jsonb)
+    WHERE networks <> '[]'::jsonb OR refused <> '[]'::jsonb`;
+  await tx`
+    INSERT INTO last_used (key_id, at)
+    SELECT id, last_used_at
+    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint,
+      last_used_at timestamptz)
+    WHERE last_used_at IS NOT NULL`;
+}
+
+async function insertImportedAudit(tx: Tx, json: string): Promise<void> {
+  await tx`
+    INSERT INTO audit (seq, at, action, key_id, actor, detail)
+    SELECT seq, at, action, key_id, actor, detail
+    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(seq bigint, at timestamptz,
+      action text, key_id bigint, actor text, detail text)`;
+}
+
+/** Only valid keys' names must be usable; a revoked key keeps whatever it had. */
+function importedNameKey(record: KeyRecord): string {
+  try {
+    return nameKey(record.name);
+  } catch {
+    return record.name.toLowerCase();
+  }
+}
