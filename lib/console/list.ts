@@ -59,6 +59,7 @@ export const list: Command = {
     }));
     let count = 0;
     const exposed: number[] = [];
+    const exposedRetiring: number[] = [];
     const soon: number[] = [];
     for await (const record of records) {
       out.line(rowLine(columns, record, {
@@ -68,7 +69,10 @@ export const list: Command = {
       }));
       count++;
       if (record.exposedAt !== null && record.status === "valid") {
-        exposed.push(record.id);
+        // One in a rotation's overlap cannot be rotated again: only revoked.
+        (record.replacedBy === null ? exposed : exposedRetiring).push(
+          record.id,
+        );
       }
       if (expiringSoon(record, ctx.now) && record.replacedBy === null) {
         soon.push(record.id);
@@ -83,6 +87,13 @@ export const list: Command = {
         `Sent in a URL, where proxies and logs may keep them: ${
           exposed.join(", ")
         }; rotate each with "keys rotate KEY"`,
+      );
+    }
+    if (exposedRetiring.length > 0) {
+      report(
+        `Sent in a URL and in a rotation's overlap: ${
+          exposedRetiring.join(", ")
+        }; revoke each now with "keys revoke KEY"`,
       );
     }
     if (soon.length > 0) {

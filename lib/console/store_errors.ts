@@ -106,10 +106,10 @@ function inputProblem(error: StoreInputError): string {
     } is already used by valid key ${error.id}; choose another name or revoke key ${error.id} first`;
   }
   if (error instanceof RotateRevokedError) {
-    return `Key ${error.id} is revoked; create a new key instead of rotating it`;
+    return `Key ${error.id} is revoked, and a revoked key cannot be rotated; see "keys show ${error.id}", and create the installation a new key with "keys create --name NAME --email EMAIL"`;
   }
   if (error instanceof RotateRetiringError) {
-    return `Key ${error.id} is already being replaced by key ${error.replacedBy}; rotate key ${error.replacedBy} instead, or revoke key ${error.id} now`;
+    return `Key ${error.id} is already being replaced by key ${error.replacedBy}; see "keys show ${error.replacedBy}" for the replacement, or stop key ${error.id} now with "keys revoke ${error.id}"`;
   }
   if (error instanceof KeyIdsExhaustedError) {
     return `Key ids have reached ${error.limit}, the highest there is; move the keys to a new store with "keys export" and an edited import`;
