@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { ConfigError, readConfig } from "../lib/config.ts";
-import { formatCidr } from "../lib/ip.ts";
+import {
+  type CidrProblem,
+  cidrProblem,
+  formatCidr,
+  parseCidr,
+} from "../lib/ip.ts";
 
 const env = (vars: Record<string, string>) => (name: string) => vars[name];
 
@@ -109,6 +114,10 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       { TRUSTED_PROXIES: "10.0.0.1/8" },
       /^TRUSTED_PROXIES must list addresses or CIDR ranges .*"10\.0\.0\.1\/8" is not one/,
     ],
+    [
+      { TRUSTED_PROXIES: "10.0.0.1/99" },
+      /"10\.0\.0\.1\/99" is not one \(its prefix length is at most 32 for IPv4 and 128 for IPv6\)$/,
+    ],
     [{ TRUSTED_PROXIES: "proxy.local" }, /^TRUSTED_PROXIES must list/],
     [
       { TLS_CERT_FILE: "c.pem" },
@@ -122,5 +131,22 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       assert.ok(!e.message.includes("\n") && !e.message.endsWith("."));
       return true;
     });
+  }
+});
+
+Deno.test("a range that is refused is refused for the part at fault: the address, the prefix length, or the host bits", () => {
+  const cases: [string, CidrProblem | null][] = [
+    ["10.0.0.0/8", null],
+    ["10.0.0.1/8", "host_bits_set"],
+    ["10.0.0.1/99", "prefix_too_long"],
+    ["fd00::/129", "prefix_too_long"],
+    ["1.2.3.4/032", "prefix_malformed"],
+    ["1.2.3.4/", "prefix_malformed"],
+    ["proxy.local", "not_an_address"],
+    ["fd00::1/64", "host_bits_set"],
+  ];
+  for (const [text, problem] of cases) {
+    assert.equal(cidrProblem(text), problem, text);
+    assert.equal(parseCidr(text) === null, problem !== null, text);
   }
 });

@@ -6,6 +6,8 @@
  */
 
 import { escapeControlCharacters } from "../_control_characters.ts";
+import { RANGE_PROBLEMS } from "../config.ts";
+import { cidrProblem } from "../ip.ts";
 import {
   ImportAuditError,
   type ImportDefect,
@@ -78,9 +80,13 @@ function fieldProblem(error: InvalidFieldError): string {
     case "reason:too_long":
       return `Reason must be at most ${limit} characters; shorten it`;
     case "allowFrom:not_a_range":
-      return `Allow-from must list addresses or ranges such as 192.0.2.0/24,2001:db8::/48 with no host bits set, not ${
+      return `Allow-from must list addresses or ranges such as 192.0.2.0/24,2001:db8::/48, and ${
         escapeControlCharacters(JSON.stringify(error.value ?? ""))
-      }; fix the range or write "any" to allow every address`;
+      } is not one (${
+        RANGE_PROBLEMS[
+          cidrProblem((error.value ?? "").trim()) ?? "not_an_address"
+        ]
+      }); fix the range or write "any" to allow every address`;
     case "allowFrom:empty":
       return 'Allow-from must list at least one range; write "any" to allow every address';
     case "allowFrom:too_long":
