@@ -68,6 +68,10 @@ export const list: Command = {
           : undefined,
       }));
       count++;
+      // The heading and the first row go out at once: whoever waits for
+      // the listing sees it start, whatever the store's size, rather than
+      // after the 64 KiB the buffer otherwise gathers.
+      if (count === 1) out.flush();
       if (record.exposedAt !== null && record.status === "valid") {
         // One in a rotation's overlap cannot be rotated again: only revoked.
         (record.replacedBy === null ? exposed : exposedRetiring).push(
