@@ -14,7 +14,7 @@
  * Run with `deno task bench` (after the server rows) or alone with
  * `deno task bench console`. Environment: BENCH_CONSOLE_SIZES
  * ("10,100000": the first is the base of the ratios), BENCH_CONSOLE_RUNS
- * (5, at most one less than the smaller size), BENCH_DATABASE_URL (a
+ * (9, at most one less than the smaller size), BENCH_DATABASE_URL (a
  * PostgreSQL server on 127.0.0.1 whose user may create databases; unset: a
  * throwaway cluster from scripts/postgres_test_server.sh when PostgreSQL is
  * installed, else PostgreSQL is left out and says so), BENCH_CONSOLE_OUTPUT
@@ -29,7 +29,7 @@ import { type BenchStore, kvKind, postgresKind } from "./stores.ts";
 
 const SIZES = (Deno.env.get("BENCH_CONSOLE_SIZES") ?? "10,100000").split(",")
   .map(Number);
-const RUNS = Number(Deno.env.get("BENCH_CONSOLE_RUNS") ?? 5);
+const RUNS = Number(Deno.env.get("BENCH_CONSOLE_RUNS") ?? 9);
 const OUTPUT = Deno.env.get("BENCH_CONSOLE_OUTPUT") ??
   new URL("./results_console.md", import.meta.url).pathname;
 /** The issue's bound on a command at the larger size against the smaller. */
