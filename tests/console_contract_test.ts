@@ -528,7 +528,9 @@ async function followAdvice(
     assert.equal(
       followed.code,
       0,
-      `advised "keys ${args.join(" ")}" refused after:\n${result.stderr}\nwith:\n${followed.stderr}`,
+      `advised "keys ${
+        args.join(" ")
+      }" refused after:\n${result.stderr}\nwith:\n${followed.stderr}`,
     );
   }
   return advised;
