@@ -210,7 +210,7 @@ Deno.test("every wrong command line prints one line, exits 2 and changes nothing
       ["create", "--name", "x", "--email", "a@example.com", "extra"],
       /^create takes no arguments/,
     ],
-    [["create", "--name"], /^Option '--name <value>' argument missing/],
+    [["create", "--name"], /^--name needs a value; write --name VALUE/],
     [["show"], /^show needs KEY/],
     [["revoke"], /^revoke needs KEY/],
     [["show", "1", "2"], /^show takes one KEY/],

@@ -519,7 +519,11 @@ async function followAdvice(
   cwd: string,
   result: Ran,
 ): Promise<string[][]> {
-  const advised = advisedCommands(result.stderr + result.stdout);
+  // A --json value repeats stderr's message, escaped: read the message.
+  const json = /^\s*[[{]/.test(result.stdout);
+  const advised = advisedCommands(
+    result.stderr + (json ? "" : result.stdout),
+  );
   using copy = tempDir();
   await new Deno.Command("cp", { args: ["-a", `${cwd}/.`, copy.path] })
     .output();
