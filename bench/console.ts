@@ -298,14 +298,22 @@ export function consoleTable(
 
 /** The machine, as the results name it. */
 async function machine(): Promise<string> {
-  let cpu = "unknown CPU";
-  try {
-    const info = await Deno.readTextFile("/proc/cpuinfo");
-    cpu = /model name\s*:\s*(.*)/.exec(info)?.[1]?.trim() ?? cpu;
-  } catch {
-    // Not Linux: the core count and Deno's version still say something.
-  }
-  return `${cpu}, ${navigator.hardwareConcurrency} cores, ${Deno.build.os}, Deno ${Deno.version.deno}`;
+  // /proc files report a size of 0, so they are read through the shell.
+  const out = await new Deno.Command("sh", {
+    args: ["-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
+    stdout: "piped",
+    stderr: "null",
+  }).output().catch(() => null);
+  const cpu = new TextDecoder().decode(out?.stdout).trim() || "unknown CPU";
+  const average = await new Deno.Command("sh", {
+    args: ["-c", "cut -d' ' -f1 /proc/loadavg"],
+    stdout: "piped",
+    stderr: "null",
+  }).output().catch(() => null);
+  const loadText = new TextDecoder().decode(average?.stdout).trim();
+  // Shared machines vary: the load says how much the figures may wander.
+  const load = loadText === "" ? "" : `, load average ${loadText} at the end`;
+  return `${cpu}, ${navigator.hardwareConcurrency} cores, ${Deno.build.os}, Deno ${Deno.version.deno}${load}`;
 }
 
 /** A PostgreSQL server for the bench: BENCH_DATABASE_URL, or a throwaway cluster. */

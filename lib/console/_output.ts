@@ -24,6 +24,14 @@ export class Output {
     return this.#delivered;
   }
 
+  /**
+   * True once the reader of stdout has gone away (`keys list | head`): a
+   * listing stops reading the store rather than format rows for nobody.
+   */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
   /** Queues text, writing out once 64 KiB are pending. */
   write(text: string): void {
     this.#chunks.push(text);

@@ -45,6 +45,7 @@ export const list: Command = {
       for await (const record of records) {
         out.write((first ? "" : ",") + jsonText(publicRecord(record)));
         first = false;
+        if (out.closed) return;
       }
       out.line("]");
       return;
@@ -72,6 +73,7 @@ export const list: Command = {
       // the listing sees it start, whatever the store's size, rather than
       // after the 64 KiB the buffer otherwise gathers.
       if (count === 1) out.flush();
+      if (out.closed) break;
       if (record.exposedAt !== null && record.status === "valid") {
         // One in a rotation's overlap cannot be rotated again: only revoked.
         (record.replacedBy === null ? exposed : exposedRetiring).push(
