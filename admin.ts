@@ -90,7 +90,9 @@ export async function main(
     // The keys launcher passes paths to Deno without a shell, spaces included.
     const refusal = { task: "keys", entrypoint: "admin.ts", anyPath: true };
     requireGrants(variableGrants(CONSOLE_VARIABLES), refusal);
-    const location = readStoreLocation(processEnv, { envFileNames });
+    const location = readStoreLocation(processEnv, {
+      envFileNames: () => envFileNames(),
+    });
     const files = parsed.command.files?.(parsed.positionals);
     requireGrants(consoleGrants(location, files), refusal);
     // Every change waits until each running server has dropped what it

@@ -37,7 +37,9 @@ export async function serve(): Promise<void> {
   const refusal = { task: "start", entrypoint: "main.ts", runFlags: RUN_FLAGS };
   // Unreadable, a variable would quietly count as unset and its default apply.
   requireGrants(variableGrants(SERVER_VARIABLES), refusal);
-  const config = readConfig(processEnv, { envFileNames });
+  const config = readConfig(processEnv, {
+    envFileNames: () => envFileNames(),
+  });
   // Before anything listens or opens: one line naming what is missing.
   requireGrants(serverGrants(config), refusal);
   const log = new JsonLog();

@@ -75,10 +75,12 @@ export interface ReadOptions {
  * load with Deno's `--env-file`; empty when there is none or it may not be
  * read (the tasks grant reading it only when the configuration is wrong).
  */
-export function envFileNames(): ReadonlySet<string> {
+export function envFileNames(
+  options: { path?: string } = {},
+): ReadonlySet<string> {
   let text: string;
   try {
-    text = Deno.readTextFileSync(".env");
+    text = Deno.readTextFileSync(options.path ?? ".env");
   } catch {
     return new Set();
   }

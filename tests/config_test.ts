@@ -1,5 +1,10 @@
 import assert from "node:assert/strict";
-import { ConfigError, readConfig } from "../lib/config.ts";
+import {
+  ConfigError,
+  envFileNames,
+  readConfig,
+  readStoreLocation,
+} from "../lib/config.ts";
 import {
   type CidrProblem,
   cidrProblem,
@@ -149,4 +154,49 @@ Deno.test("a range that is refused is refused for the part at fault: the address
     assert.equal(cidrProblem(text), problem, text);
     assert.equal(parseCidr(text) === null, problem !== null, text);
   }
+});
+
+Deno.test("DATABASE_URL and DENO_KV_PATH both set says which one .env sets, and what to remove", () => {
+  const both = env({
+    DATABASE_URL: "postgres://keys@127.0.0.1:5432/keys",
+    DENO_KV_PATH: "./data/keys.db",
+  });
+  const message = (inFile: string[]) => {
+    try {
+      readStoreLocation(both, { envFileNames: () => new Set(inFile) });
+    } catch (error) {
+      assert.ok(error instanceof ConfigError);
+      return error.message;
+    }
+    throw new Error("both stores were accepted");
+  };
+  assert.match(
+    message(["DENO_KV_PATH", "PORT"]),
+    /^DATABASE_URL is set in the environment and DENO_KV_PATH in \.env, .*; remove DENO_KV_PATH from \.env, or unset DATABASE_URL/,
+  );
+  assert.match(
+    message(["DATABASE_URL"]),
+    /^DENO_KV_PATH is set in the environment and DATABASE_URL in \.env/,
+  );
+  assert.match(message(["DATABASE_URL", "DENO_KV_PATH"]), /both set in \.env/);
+  assert.match(message([]), /both set in the environment \(not in \.env\)/);
+});
+
+Deno.test("envFileNames reads the names .env defines, export lines included, and nothing when there is none", () => {
+  using dir = {
+    path: Deno.makeTempDirSync(),
+    [Symbol.dispose]() {
+      Deno.removeSync(this.path, { recursive: true });
+    },
+  };
+  const path = `${dir.path}/.env`;
+  assert.deepEqual([...envFileNames({ path })], []);
+  Deno.writeTextFileSync(
+    path,
+    "# a comment\nDENO_KV_PATH=./data/keys.db\nexport PORT = 8001\n\nNOT A LINE\n",
+  );
+  assert.deepEqual([...envFileNames({ path })].sort(), [
+    "DENO_KV_PATH",
+    "PORT",
+  ]);
 });
