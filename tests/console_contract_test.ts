@@ -9,6 +9,8 @@ import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
 import { newRecord } from "../lib/store/records.ts";
 import { CONSOLE_ERROR_CODES } from "../lib/console/errors.ts";
+import { COMMANDS } from "../lib/console/commands.ts";
+import { commandHelp } from "../lib/console/_help.ts";
 import { taskCommand, tempDir } from "./support/processes.ts";
 
 /** What one run of the keys task printed. */
@@ -592,4 +594,21 @@ Deno.test("every command the console advises works: a retiring key whose replace
     followed.some((words) => words[0] === "create" && words[2] === "y"),
     verbs.join(", "),
   );
+});
+
+Deno.test("every option in every command's --help stands apart from its text, however long its name", () => {
+  for (const [name, command] of Object.entries(COMMANDS)) {
+    const lines = commandHelp(command).split("\n").filter((line) =>
+      line.startsWith("  --")
+    );
+    assert.ok(lines.length >= 2, name);
+    const starts = new Set<number>();
+    for (const line of lines) {
+      const match = /^ {2}(--[a-z-]+(?: VALUE)?) {2,}(\S)/.exec(line);
+      assert.ok(match, `${name}: "${line}" runs into its text`);
+      starts.add(line.indexOf(match[2], 2 + match[1].length));
+    }
+    // One column for the texts of a command.
+    assert.equal(starts.size, 1, `${name}: ${lines.join("\n")}`);
+  }
 });
