@@ -6,8 +6,9 @@
  * Exit codes: 0 done, 1 the command failed (unknown key, name taken, store
  * unavailable, a confirmation answered no), 2 the command line was wrong,
  * 3 a change was made but Ctrl-C ended the wait for servers to confirm it.
- * With `--json`, stdout carries exactly one JSON value; every message goes to
- * stderr.
+ * With `--json`, stdout carries exactly one JSON value, a failure's too
+ * (`{"error":{"code","message"}}`, the code from lib/console/errors.ts);
+ * every message goes to stderr.
  *
  * At a terminal, `revoke` and `rotate` ask before they change anything, and
  * listings are coloured and fitted to the terminal's width; from a script
@@ -16,8 +17,8 @@
  * @module
  */
 
-import { BackupError } from "./lib/backup.ts";
 import {
+  envFileNames,
   processEnv,
   readStoreLocation,
   type StoreLocation,
@@ -31,8 +32,8 @@ import type { KeyService } from "./lib/store/keys.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
 import { commandContext } from "./lib/console/_context.ts";
-import { failure, UsageError } from "./lib/console/errors.ts";
-import { Output, report } from "./lib/console/_output.ts";
+import { errorCode, exitCodeOf, failure } from "./lib/console/errors.ts";
+import { jsonText, Output, report } from "./lib/console/_output.ts";
 import { parse } from "./lib/console/_parse.ts";
 import { retireDue } from "./lib/console/_retire.ts";
 import {
@@ -43,7 +44,6 @@ import {
 import {
   CONSOLE_VARIABLES,
   consoleGrants,
-  PermissionsMissingError,
   requireGrants,
   variableGrants,
 } from "./lib/permissions.ts";
@@ -79,16 +79,21 @@ export async function main(
     if (on) Deno.addSignalListener("SIGINT", stopWaiting);
     else Deno.removeSignalListener("SIGINT", stopWaiting);
   };
+  // Known before parsing, so that even a command line that does not parse
+  // gets its failure as JSON.
+  const json = wantsJson(args);
   try {
     const parsed = parse(args, COMMANDS);
     if ("help" in parsed) {
-      out.line(parsed.help);
+      out.line(json ? jsonText({ help: parsed.help }) : parsed.help);
       return 0;
     }
     // The keys launcher passes paths to Deno without a shell, spaces included.
     const refusal = { task: "keys", entrypoint: "admin.ts", anyPath: true };
     requireGrants(variableGrants(CONSOLE_VARIABLES), refusal);
-    const location = readStoreLocation(processEnv);
+    const location = readStoreLocation(processEnv, {
+      envFileNames: () => envFileNames(),
+    });
     const files = parsed.command.files?.(parsed.positionals);
     requireGrants(consoleGrants(location, files), refusal);
     // Every change waits until each running server has dropped what it
@@ -129,27 +134,29 @@ export async function main(
   } catch (error) {
     // What a failed command queued is incomplete: only its message goes out.
     out.discard();
-    if (error instanceof WaitInterruptedError) {
-      report(interruptedWaitMessage(error));
-      return INTERRUPTED_WAIT_EXIT;
+    const message = error instanceof WaitInterruptedError
+      ? interruptedWaitMessage(error)
+      : failure(error);
+    report(message);
+    // A key already written (create, or a rotation's value begun) is the
+    // one value stdout carries: nothing may follow it.
+    if (json && !out.delivered) {
+      out.line(jsonText({ error: { code: errorCode(error), message } }));
     }
-    // A FILE outside ./data is a usage error too: the admin typed it.
-    if (
-      error instanceof UsageError ||
-      (error instanceof BackupError && error.usage)
-    ) {
-      report(error.message);
-      return 2;
-    }
-    report(
-      error instanceof PermissionsMissingError ? error.message : failure(error),
-    );
-    return 1;
+    return error instanceof WaitInterruptedError
+      ? INTERRUPTED_WAIT_EXIT
+      : exitCodeOf(error);
   } finally {
     listen(false);
     out.flush();
     await store?.close();
   }
+}
+
+/** Whether the command line asks for JSON: `--json` before any `--`. */
+function wantsJson(args: string[]): boolean {
+  const ending = args.indexOf("--");
+  return (ending === -1 ? args : args.slice(0, ending)).includes("--json");
 }
 
 function servers(count: number): string {

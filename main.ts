@@ -5,7 +5,12 @@
  * @module
  */
 
-import { ConfigError, processEnv, readConfig } from "./lib/config.ts";
+import {
+  ConfigError,
+  envFileNames,
+  processEnv,
+  readConfig,
+} from "./lib/config.ts";
 import { createHandler } from "./lib/handler.ts";
 import { LastUsedRecorder } from "./lib/last_used.ts";
 import { Lease } from "./lib/lease.ts";
@@ -32,7 +37,9 @@ export async function serve(): Promise<void> {
   const refusal = { task: "start", entrypoint: "main.ts", runFlags: RUN_FLAGS };
   // Unreadable, a variable would quietly count as unset and its default apply.
   requireGrants(variableGrants(SERVER_VARIABLES), refusal);
-  const config = readConfig(processEnv);
+  const config = readConfig(processEnv, {
+    envFileNames: () => envFileNames(),
+  });
   // Before anything listens or opens: one line naming what is missing.
   requireGrants(serverGrants(config), refusal);
   const log = new JsonLog();

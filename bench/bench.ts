@@ -25,7 +25,9 @@
  * Each block ends with a SIGTERM to its server, whose last log line counts
  * its store calls: reported per 1 000 requests served (bench/store_calls.ts).
  * Then, on a store of its own with two servers, revocation latency with
- * both live and with one frozen (bench/revocation.ts).
+ * both live and with one frozen (bench/revocation.ts). Last, the console's
+ * commands at 10 and 100,000 keys on both stores (bench/console.ts, its own
+ * results file); `deno task bench console` runs only that part.
  *
  * Environment: BENCH_SECONDS (5 per row), BENCH_SIZES ("1,10000,100000"),
  * BENCH_CONNECTIONS ("1,32,128"), BENCH_DATABASE_URL (unset: Deno KV),
@@ -41,7 +43,7 @@ import type { StoreLocation } from "../lib/config.ts";
 import { openStore } from "../lib/store/open.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
-import { startServer, taskCommand, tempDir } from "../scripts/task_process.ts";
+import { startServer, tempDir } from "../scripts/task_process.ts";
 import { rssBytes } from "./soak.ts";
 import { type FloodResult, measureFloods } from "./flood.ts";
 import {
@@ -55,6 +57,7 @@ import {
   storeCallsOf,
 } from "./store_calls.ts";
 import { benchStoreKind, type StoreKind } from "./stores.ts";
+import { measureConsole } from "./console.ts";
 
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
 const SIZES = (Deno.env.get("BENCH_SIZES") ?? "1,10000,100000").split(",").map(
@@ -193,7 +196,6 @@ const fmt = (n: number, digits = 2) =>
 async function main(): Promise<number> {
   const rows: Row[] = [];
   const peaks = new Map<number, number>();
-  let consoleLines: string[] = [];
   let flood: FloodResult | undefined;
   const calls: StoreCallBlock[] = [];
   let revocation: RevocationResult | undefined;
@@ -275,9 +277,6 @@ async function main(): Promise<number> {
       }
       clearInterval(sampler);
       peaks.set(size, peak);
-      if (size === Math.max(...SIZES)) {
-        consoleLines = await consoleAtScale(dir.path, size, store.env);
-      }
       // Its last log line counts its store calls: the whole block's.
       await server.stop();
       calls.push({
@@ -333,7 +332,6 @@ async function main(): Promise<number> {
     }.`,
     "",
     ...floodLines(flood),
-    ...consoleLines,
     ...storeCallLines(calls),
     ...(revocation === undefined ? [] : revocationLines(revocation)),
     ...targets(rows, bareOf, peaks, flood),
@@ -342,6 +340,7 @@ async function main(): Promise<number> {
   console.log(report);
   await Deno.writeTextFile(OUTPUT, report);
   console.error(`Written to ${OUTPUT}`);
+  await measureConsole();
   return 0;
 }
 
@@ -361,59 +360,6 @@ function floodLines(flood: FloodResult | undefined): string[] {
     `| malformed keys | ${Math.round(flood.malformed)} | ${
       Math.round(flood.validUnderMalformed)
     } |`,
-    "",
-  ];
-}
-
-/**
- * The console as an admin meets it at scale: `keys create` end to end, and
- * `keys list` of the whole store, to its first line and to its last.
- */
-async function consoleAtScale(
-  cwd: string,
-  size: number,
-  env: Record<string, string>,
-): Promise<string[]> {
-  const keysTask = (args: string[]) =>
-    taskCommand("keys", { cwd, args, env, stderr: "null" });
-  const creates: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const started = performance.now();
-    const out = await keysTask([
-      "create",
-      "--name",
-      `timed-${i}`,
-      "--email",
-      "t@example.com",
-    ]).output();
-    if (out.code !== 0) throw new Error("keys create failed in the benchmark");
-    creates.push(performance.now() - started);
-  }
-  creates.sort((a, b) => a - b);
-  const started = performance.now();
-  const child = keysTask(["list"]).spawn();
-  let firstLine = 0;
-  let lines = 0;
-  for await (const chunk of child.stdout) {
-    if (firstLine === 0) firstLine = performance.now() - started;
-    for (const byte of chunk) if (byte === 10) lines++;
-  }
-  await child.status;
-  const total = performance.now() - started;
-  return [
-    "## The console at scale",
-    "",
-    "| command | time |",
-    "| --- | --- |",
-    `| \`keys create\` end to end (median of 5, process start included) | ${
-      fmt(creates[2], 0)
-    } ms |`,
-    `| \`keys list\` of ${size + 5} keys: first line | ${
-      fmt(firstLine, 0)
-    } ms |`,
-    `| \`keys list\` of ${size + 5} keys: all ${lines} lines | ${
-      fmt(total / 1000, 1)
-    } s |`,
     "",
   ];
 }
@@ -516,6 +462,11 @@ function targets(
     peak <= 100 * 1024 * 1024,
   );
   return out;
+}
+
+if (import.meta.main && Deno.args[0] === "console") {
+  await measureConsole();
+  Deno.exit(0);
 }
 
 if (import.meta.main) {

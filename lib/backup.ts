@@ -20,15 +20,34 @@ import { pathExists } from "./_exists.ts";
 import { folderOf } from "./permissions.ts";
 import { writeAll } from "./_write_all.ts";
 
+/** Why a backup was refused or failed: the code of a {@linkcode BackupError}. */
+export type BackupErrorCode =
+  /** FILE names no file (import), or a folder that does not exist (export). */
+  | "file_not_found"
+  /** An export's FILE exists already, and an export never overwrites. */
+  | "file_exists"
+  /** The file is not a complete, well-formed export. */
+  | "file_invalid"
+  /** This user or process may not read or write FILE. */
+  | "file_refused"
+  /** Keys changed during every attempt to export. */
+  | "export_changed";
+
 /** A backup refused or failed; its message is meant for the admin as is. */
 export class BackupError extends Error {
   override name = "BackupError";
   /** True when the command line named the file wrongly (exit code 2). */
   readonly usage: boolean;
+  /** Stable, for scripts and tests: never match on the message. */
+  readonly code: BackupErrorCode;
 
-  constructor(message: string, options: { usage?: boolean } = {}) {
+  constructor(
+    message: string,
+    options: { usage?: boolean; code?: BackupErrorCode } = {},
+  ) {
     super(message);
     this.usage = options.usage ?? false;
+    this.code = options.code ?? "file_invalid";
   }
 }
 
@@ -67,12 +86,14 @@ function fileProblem(error: unknown, file: string, verb: string): unknown {
     return new BackupError(
       `This process may not touch ${
         JSON.stringify(file)
-      }; run the command through deno task keys, which grants access to the FILE it names`,
+      }; run the command through deno task -q keys, which grants access to the FILE it names`,
+      { code: "file_refused" },
     );
   }
   if (error instanceof Deno.errors.PermissionDenied) {
     return new BackupError(
       `${file} cannot be ${verb} by this user (${error.message}); check the owner and mode of the file and its folder`,
+      { code: "file_refused" },
     );
   }
   return error;
@@ -138,6 +159,7 @@ async function removeQuietly(path: string): Promise<void> {
 function alreadyThere(file: string): BackupError {
   return new BackupError(
     `${file} already exists, and an export never overwrites a file; choose a new name or remove it first`,
+    { code: "file_exists" },
   );
 }
 
@@ -166,7 +188,7 @@ export async function exportTo(
       `FILE must name a file, not ${
         JSON.stringify(file)
       }; use a path such as /var/backups/keys.jsonl`,
-      { usage: true },
+      { usage: true, code: "file_not_found" },
     );
   }
   for (let attempt = 1;; attempt++) {
@@ -189,6 +211,7 @@ export async function exportTo(
     if (attempt === EXPORT_ATTEMPTS) {
       throw new BackupError(
         `Keys changed during each of ${EXPORT_ATTEMPTS} attempts to export; export again when no one is changing keys`,
+        { code: "export_changed" },
       );
     }
     console.error("Keys changed during the export; starting again");
@@ -214,6 +237,7 @@ async function exportToStdout(
     await writer.flush();
     throw new BackupError(
       "Keys changed during the export, so it stopped before its end line and an import will refuse what was written; export again when no one is changing keys",
+      { code: "export_changed" },
     );
   }
   await writer.line(
@@ -269,6 +293,7 @@ async function writeExport(
     if (error instanceof Deno.errors.NotFound) {
       throw new BackupError(
         `The folder ${folder} of FILE does not exist; create it or use a path such as /var/backups/keys.jsonl`,
+        { usage: true, code: "file_not_found" },
       );
     }
     throw fileProblem(error, file, "written");
@@ -378,6 +403,7 @@ export async function importFrom(
     if (error instanceof Deno.errors.NotFound) {
       throw new BackupError(
         `${file} does not exist; give the path of a file written by "keys export", such as /var/backups/keys.jsonl`,
+        { usage: true, code: "file_not_found" },
       );
     }
     throw fileProblem(error, file, "read");

@@ -8,7 +8,17 @@
  * @module
  */
 
-import { type Cidr, parseCidr } from "./ip.ts";
+import { type Cidr, type CidrProblem, cidrProblem, parseCidr } from "./ip.ts";
+
+/** What is wrong with a range, in the words of a configuration message. */
+export const RANGE_PROBLEMS: Record<CidrProblem, string> = {
+  not_an_address: "that is no IPv4 or IPv6 address",
+  prefix_malformed:
+    "its prefix length after / must be a number without a leading zero",
+  prefix_too_long: "its prefix length is at most 32 for IPv4 and 128 for IPv6",
+  host_bits_set:
+    "its host bits must be zero: write the network's first address, such as 10.0.0.0/8",
+};
 
 /** Where the key records live. */
 export type StoreLocation =
@@ -51,18 +61,51 @@ export type EnvReader = (name: string) => string | undefined;
 /** The default location of the embedded store, relative to the working directory. */
 export const DEFAULT_KV_PATH = "./data/keys.db";
 
+/** Options of {@linkcode readStoreLocation} and {@linkcode readConfig}. */
+export interface ReadOptions {
+  /**
+   * The variables the `.env` file defines ({@linkcode envFileNames}), asked
+   * only to word a conflict: a variable set there is easily forgotten.
+   */
+  envFileNames?: () => ReadonlySet<string>;
+}
+
+/**
+ * The names the `.env` file in the working folder defines, which the tasks
+ * load with Deno's `--env-file`; empty when there is none or it may not be
+ * read (the tasks grant reading it only when the configuration is wrong).
+ */
+export function envFileNames(
+  options: { path?: string } = {},
+): ReadonlySet<string> {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(options.path ?? ".env");
+  } catch {
+    return new Set();
+  }
+  const names = new Set<string>();
+  for (const line of text.split(/\r?\n/)) {
+    const name = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=/.exec(line)
+      ?.[1];
+    if (name !== undefined) names.add(name);
+  }
+  return names;
+}
+
 /**
  * The store location alone, for the admin console, which does not listen:
  * PostgreSQL when `DATABASE_URL` is set, else Deno KV at `DENO_KV_PATH`.
  */
-export function readStoreLocation(env: EnvReader): StoreLocation {
+export function readStoreLocation(
+  env: EnvReader,
+  options: ReadOptions = {},
+): StoreLocation {
   const url = nonEmpty(env, "DATABASE_URL");
   if (url !== undefined) {
     if (nonEmpty(env, "DENO_KV_PATH") !== undefined) {
       // Either alone is clear; both would leave keys where nobody looks.
-      throw new ConfigError(
-        "DATABASE_URL and DENO_KV_PATH are both set; unset one, as the keys live in one store",
-      );
+      throw new ConfigError(bothStores(options.envFileNames?.() ?? new Set()));
     }
     return { kind: "postgres", url: postgresUrl(url) };
   }
@@ -75,6 +118,28 @@ export function readStoreLocation(env: EnvReader): StoreLocation {
     );
   }
   return { kind: "kv", path };
+}
+
+/**
+ * The message for DATABASE_URL and DENO_KV_PATH both set, saying which comes
+ * from `.env`: with one in the shell and the other in `.env` (a move to
+ * PostgreSQL, run in the old checkout), "unset one" alone finds nothing.
+ */
+function bothStores(inFile: ReadonlySet<string>): string {
+  const both = "DATABASE_URL and DENO_KV_PATH";
+  const reason = "as the keys live in one store";
+  const fromFile = ["DATABASE_URL", "DENO_KV_PATH"].filter((n) =>
+    inFile.has(n)
+  );
+  if (fromFile.length === 2) {
+    return `${both} are both set in .env; remove one from .env, ${reason}`;
+  }
+  if (fromFile.length === 1) {
+    const [file] = fromFile;
+    const shell = file === "DATABASE_URL" ? "DENO_KV_PATH" : "DATABASE_URL";
+    return `${shell} is set in the environment and ${file} in .env, which the tasks read too; remove ${file} from .env, or unset ${shell}, ${reason}`;
+  }
+  return `${both} are both set in the environment (not in .env); unset one, ${reason}`;
 }
 
 /** The units a duration may be given in, in milliseconds. */
@@ -140,13 +205,13 @@ export const DEFAULT_LOCKOUT: Config["lockout"] = {
 };
 
 /** The whole server configuration. */
-export function readConfig(env: EnvReader): Config {
+export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
   const whole = (name: keyof typeof WHOLE_NUMBERS) =>
     integer(env, name, WHOLE_NUMBERS[name]);
   return {
     port: whole("PORT"),
     hostname: hostname(env, "HOST", "0.0.0.0"),
-    store: readStoreLocation(env),
+    store: readStoreLocation(env, options),
     trustedProxies: trustedProxies(env),
     lockout: {
       maxFailures: whole("LOCKOUT_MAX_FAILURES"),
@@ -178,7 +243,9 @@ function trustedProxies(env: EnvReader): Cidr[] {
       throw new ConfigError(
         `TRUSTED_PROXIES must list addresses or CIDR ranges such as 10.0.0.5/32,fd00::/64, separated by commas; ${
           JSON.stringify(item.trim())
-        } is not one (a range's host bits must be zero)`,
+        } is not one (${
+          RANGE_PROBLEMS[cidrProblem(item.trim()) ?? "not_an_address"]
+        })`,
       );
     }
     return cidr;

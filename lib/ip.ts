@@ -80,10 +80,38 @@ export function formatCidr(cidr: Cidr): string {
   }/${cidr.prefix}`;
 }
 
+/** Why a text is not a range, for a message that names the part to fix. */
+export type CidrProblem =
+  /** The part before any `/` is no IPv4 or IPv6 address. */
+  | "not_an_address"
+  /** The prefix length is not a number as written (`/`, `/x`, `/032`). */
+  | "prefix_malformed"
+  /** The prefix length is above the family's 32 or 128 bits. */
+  | "prefix_too_long"
+  /** Bits beyond the prefix are set: usually a typo for another range. */
+  | "host_bits_set";
+
+/** What is wrong with `text` as a range, or null when it is one. */
+export function cidrProblem(text: string): CidrProblem | null {
+  const slash = text.indexOf("/");
+  const address = parseIp(slash === -1 ? text : text.slice(0, slash));
+  if (address === null) return "not_an_address";
+  if (slash !== -1) {
+    const raw = text.slice(slash + 1);
+    if (!/^(0|[1-9]\d{0,2})$/.test(raw)) return "prefix_malformed";
+    const mapped = address.family === 4 && text.includes(":");
+    if (Number(raw) - (mapped ? 96 : 0) > WIDTH[address.family]) {
+      return "prefix_too_long";
+    }
+    if (mapped && Number(raw) < 96) return "prefix_too_long";
+  }
+  return parseCidr(text) === null ? "host_bits_set" : null;
+}
+
 /**
  * Parses `a.b.c.d/n`, `x::y/n`, or a bare address (a range of one). Null
  * when malformed, including host bits set beyond the prefix, which is
- * usually a typo for a different range.
+ * usually a typo for a different range; {@linkcode cidrProblem} says which.
  */
 export function parseCidr(text: string): Cidr | null {
   const slash = text.indexOf("/");

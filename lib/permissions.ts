@@ -139,6 +139,16 @@ function env(name: string, by = name): Grant {
   return { kind: "env", value: name, by };
 }
 
+/**
+ * Reading `.env`, granted only when the configuration is wrong, so that the
+ * message can say which variable comes from there.
+ */
+export const ENV_FILE_GRANT: Grant = {
+  kind: "read",
+  value: ".env",
+  by: "the message about .env",
+};
+
 /** Read access to each variable named. */
 export function variableGrants(names: readonly string[]): Grant[] {
   return names.map((name) => env(name));

@@ -22,6 +22,7 @@ import { COMMANDS } from "../lib/console/commands.ts";
 import {
   CONSOLE_VARIABLES,
   consoleGrants,
+  ENV_FILE_GRANT,
   type Grant,
   permissionFlags,
   variableGrants,
@@ -45,8 +46,9 @@ export function consoleArgs(args: string[], env: EnvReader): string[] {
     grants = consoleGrants(readStoreLocation(env), files);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    // The console reads the same variables and words the problem.
-    grants = variableGrants(CONSOLE_VARIABLES);
+    // The console reads the same variables and words the problem, naming
+    // what comes from .env.
+    grants = [...variableGrants(CONSOLE_VARIABLES), ENV_FILE_GRANT];
   }
   return [
     "run",

@@ -19,6 +19,7 @@ import {
   readConfig,
 } from "../lib/config.ts";
 import {
+  ENV_FILE_GRANT,
   type Grant,
   permissionFlags,
   SERVER_VARIABLES,
@@ -39,7 +40,8 @@ export function startFlags(env: EnvReader): string[] {
     grants = serverGrants(readConfig(env));
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    grants = variableGrants(SERVER_VARIABLES);
+    // The server words the problem, naming what comes from .env.
+    grants = [...variableGrants(SERVER_VARIABLES), ENV_FILE_GRANT];
   }
   return permissionFlags(
     grants.filter((grant) => !UNPASSABLE.test(grant.value)),

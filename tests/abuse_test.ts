@@ -732,3 +732,30 @@ Deno.test("TLS_CERT_FILE and TLS_KEY_FILE make the server speak HTTPS", async ()
     "no plain HTTP",
   );
 });
+
+Deno.test("a locked-out client gets 429 wherever a key is checked, and the usual answer wherever none is (health, openapi.json, OPTIONS, 404, 405), as docs/operators.md says", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "2",
+  });
+  const { key } = await createKey(dir.path, "locked-out");
+  for (let i = 0; i < 3; i++) await check(server.url, `isk_guess${i}`);
+  const locked = await check(server.url, key);
+  assert.equal(locked.status, 429, "the connection route, valid key or not");
+  const url = await request(`${server.url}${ROUTE}?api_key=x`);
+  await url.body?.cancel();
+  assert.equal(url.status, 429, "a URL holding a credential");
+  const keyless: [string, RequestInit, number][] = [
+    ["/api/v1/health/live", {}, 200],
+    ["/api/v1/health/ready", {}, 200],
+    ["/api/v1/openapi.json", {}, 200],
+    [ROUTE, { method: "OPTIONS" }, 204],
+    ["/nowhere", {}, 404],
+    [ROUTE, { method: "POST" }, 405],
+  ];
+  for (const [path, init, status] of keyless) {
+    const response = await request(`${server.url}${path}`, init);
+    await response.body?.cancel();
+    assert.equal(response.status, status, `${init.method ?? "GET"} ${path}`);
+  }
+});

@@ -210,7 +210,7 @@ Deno.test("every wrong command line prints one line, exits 2 and changes nothing
       ["create", "--name", "x", "--email", "a@example.com", "extra"],
       /^create takes no arguments/,
     ],
-    [["create", "--name"], /^Option '--name <value>' argument missing/],
+    [["create", "--name"], /^--name needs a value; write --name VALUE/],
     [["show"], /^show needs KEY/],
     [["revoke"], /^revoke needs KEY/],
     [["show", "1", "2"], /^show takes one KEY/],
@@ -401,26 +401,34 @@ function isoAgo(ms: number): string {
   return new Date(Date.now() - ms).toISOString();
 }
 
-const AGED = [
-  keyRecord(1, {
-    createdAt: isoAgo(3 * DAY + HOUR),
-    lastUsedAt: isoAgo(2 * HOUR + MINUTE),
-  }),
-  keyRecord(2, {
-    createdAt: isoAgo(40 * DAY),
-    exposedAt: isoAgo(5 * MINUTE + 10_000),
-    exposedFrom: "203.0.113.9",
-  }),
-  keyRecord(3, {
-    status: "revoked",
-    createdAt: isoAgo(400 * DAY),
-    revokedAt: isoAgo(DAY + HOUR),
-    revokedReason: "person left",
-  }),
-];
+/**
+ * Records aged relative to now, made afresh for each test: made once when
+ * the module loads, "5 minutes ago" became "6" on a loaded machine before
+ * the last test ran. Each age sits mid-unit, 30 s or more from a change.
+ */
+function aged(): Record<string, unknown>[] {
+  return [
+    keyRecord(1, {
+      createdAt: isoAgo(3 * DAY + HOUR),
+      lastUsedAt: isoAgo(2 * HOUR + MINUTE),
+    }),
+    keyRecord(2, {
+      createdAt: isoAgo(40 * DAY),
+      exposedAt: isoAgo(5 * MINUTE + 30_000),
+      exposedFrom: "203.0.113.9",
+    }),
+    keyRecord(3, {
+      status: "revoked",
+      createdAt: isoAgo(400 * DAY),
+      revokedAt: isoAgo(DAY + HOUR),
+      revokedReason: "person left",
+    }),
+  ];
+}
 
 Deno.test("list shows times relative to now, LAST USED as never when unused, and --json keeps exact times", async () => {
   using dir = tempDir();
+  const AGED = aged();
   await seed(dir.path, AGED);
   const list = await keys(dir.path, ["list", "--all"]);
   assert.equal(list.code, 0, list.stderr);
@@ -452,6 +460,7 @@ Deno.test("list shows times relative to now, LAST USED as never when unused, and
 
 Deno.test("show prints each time exactly and relative to now", async () => {
   using dir = tempDir();
+  const AGED = aged();
   await seed(dir.path, AGED);
   const show = await keys(dir.path, ["show", "site-1"]);
   assert.equal(show.code, 0, show.stderr);
@@ -470,7 +479,7 @@ Deno.test("show prints each time exactly and relative to now", async () => {
 
 Deno.test("piped output carries no colour codes, even for revoked and exposed keys", async () => {
   using dir = tempDir();
-  await seed(dir.path, AGED);
+  await seed(dir.path, aged());
   for (
     const args of [["list", "--all"], ["show", "2"], ["show", "3"], ["audit"]]
   ) {
@@ -565,7 +574,7 @@ Deno.test({
   ignore: !SCRIPT,
   async fn() {
     using dir = tempDir();
-    await seed(dir.path, AGED);
+    await seed(dir.path, aged());
     const wide = await atTerminal(dir.path, ["list", "--all"], {
       columns: 220,
     });
@@ -656,7 +665,7 @@ Deno.test("a reader that stops early (keys list | head) ends the listing quietly
   assert.doesNotMatch(stderr, /BrokenPipe|Uncaught/);
 });
 
-Deno.test("a listing that fails puts nothing on stdout: no header without rows, no [ without ]", async () => {
+Deno.test("a listing that fails puts no fragment on stdout: no header without rows, no [ without ], only the --json failure", async () => {
   using dir = tempDir();
   await createKey(dir.path, "berlin");
   // An import that died half-way: the store refuses to be listed until it is resolved.
@@ -668,10 +677,14 @@ Deno.test("a listing that fails puts nothing on stdout: no header without rows, 
     actor: "test",
   });
   kv.close();
-  for (const args of [["list", "--all"], ["list", "--all", "--json"]]) {
-    const result = await keys(dir.path, args);
-    assert.equal(result.code, 1, result.stderr);
-    assert.equal(result.stdout, "", `${args.join(" ")} printed a fragment`);
-    assert.match(result.stderr, /import --abort/);
-  }
+  const plain = await keys(dir.path, ["list", "--all"]);
+  assert.equal(plain.code, 1, plain.stderr);
+  assert.equal(plain.stdout, "", "list --all printed a fragment");
+  assert.match(plain.stderr, /import --abort/);
+  // With --json, the one value on stdout is the failure: no [ before it.
+  const json = await keys(dir.path, ["list", "--all", "--json"]);
+  assert.equal(json.code, 1, json.stderr);
+  assert.deepEqual(JSON.parse(json.stdout), {
+    error: { code: "import_unfinished", message: json.stderr.trim() },
+  });
 });

@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import { generateApiKey, KEY_PATTERN } from "../lib/api_key.ts";
 import { CHECK_ENV, readCheckConfig } from "../lib/check/config.ts";
 import { formatFirstLine } from "../lib/check/format.ts";
-import { parseConnectionStatus } from "../lib/check/judge.ts";
+import { judgeStatus, parseConnectionStatus } from "../lib/check/judge.ts";
+import { microseconds } from "../lib/check/_units.ts";
 import { responseProblems } from "./support/openapi.ts";
 import type { CheckOutcome } from "../lib/check/outcome.ts";
 import {
@@ -638,4 +639,76 @@ Deno.test("formatFirstLine writes a signed offset range into the performance dat
     line,
     "CONNECTION OK - key 3 (ops@example.com), clock offset -0.012 s, round trip 4 ms | offset=-0.012000s;-30:30 rtt=0.004000s;;;0",
   );
+});
+
+/** A 200's outcome before it is judged, as lib/check/call.ts builds it. */
+function answered(roundTripSeconds: number): CheckOutcome {
+  return {
+    state: "UNKNOWN",
+    exitCode: 3,
+    summary: "",
+    reachable: true,
+    url: "https://integration.example.net/api/v1/integration/connection",
+    httpStatus: 200,
+    apiKeyId: null,
+    email: null,
+    serverUtc: null,
+    clockOffsetSeconds: null,
+    roundTripSeconds,
+    maxOffsetSeconds: 30,
+    retryAfterSeconds: null,
+    advice: null,
+  };
+}
+
+Deno.test("an expiry warning counts whole hours or days rounded up, singular for one", () => {
+  const serverUtc = "2026-11-21T12:00:00.000Z";
+  const expiring = (ms: number) =>
+    judgeStatus(
+      answered(0.004),
+      JSON.stringify({
+        connected: true,
+        authenticatedByApiKey: true,
+        apiKeyId: 3,
+        email: "ops@example.com",
+        serverUtc,
+        apiKeyExpiresAt: new Date(Date.parse(serverUtc) + ms).toISOString(),
+      }),
+      {
+        localMidpointMs: Date.parse(serverUtc),
+        maxOffsetSeconds: 30,
+        expiryWarningDays: 14,
+      },
+    ).summary;
+  const HOUR = 3_600_000;
+  assert.match(expiring(HOUR / 2), /\(within 1 hour\)/);
+  assert.match(expiring(HOUR), /\(within 1 hour\)/);
+  assert.match(expiring(1.5 * HOUR), /\(within 2 hours\)/);
+  assert.match(expiring(24 * 2.5 * HOUR), /\(within 3 days\)/);
+  for (const ms of [HOUR / 2, HOUR, 1.5 * HOUR, 60 * HOUR]) {
+    assert.doesNotMatch(expiring(ms), /\b1 (hours|days)\b/);
+  }
+});
+
+Deno.test("the offset and round trip are reported to the microsecond, without float noise", () => {
+  const serverUtc = "2026-11-21T12:00:00.000Z";
+  const outcome = judgeStatus(
+    answered(microseconds(0.045105131000000014)),
+    JSON.stringify({
+      connected: true,
+      authenticatedByApiKey: true,
+      apiKeyId: 3,
+      email: "ops@example.com",
+      serverUtc,
+    }),
+    {
+      // A midpoint between two whole milliseconds, as performance.now() gives.
+      localMidpointMs: Date.parse(serverUtc) - 12.3456789,
+      maxOffsetSeconds: 30,
+    },
+  );
+  assert.equal(outcome.roundTripSeconds, 0.045105);
+  assert.equal(outcome.clockOffsetSeconds, 0.012346);
+  const json = JSON.stringify(outcome);
+  assert.doesNotMatch(json, /\d\.\d{7,}/, json);
 });

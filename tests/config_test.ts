@@ -1,6 +1,16 @@
 import assert from "node:assert/strict";
-import { ConfigError, readConfig } from "../lib/config.ts";
-import { formatCidr } from "../lib/ip.ts";
+import {
+  ConfigError,
+  envFileNames,
+  readConfig,
+  readStoreLocation,
+} from "../lib/config.ts";
+import {
+  type CidrProblem,
+  cidrProblem,
+  formatCidr,
+  parseCidr,
+} from "../lib/ip.ts";
 
 const env = (vars: Record<string, string>) => (name: string) => vars[name];
 
@@ -109,6 +119,10 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       { TRUSTED_PROXIES: "10.0.0.1/8" },
       /^TRUSTED_PROXIES must list addresses or CIDR ranges .*"10\.0\.0\.1\/8" is not one/,
     ],
+    [
+      { TRUSTED_PROXIES: "10.0.0.1/99" },
+      /"10\.0\.0\.1\/99" is not one \(its prefix length is at most 32 for IPv4 and 128 for IPv6\)$/,
+    ],
     [{ TRUSTED_PROXIES: "proxy.local" }, /^TRUSTED_PROXIES must list/],
     [
       { TLS_CERT_FILE: "c.pem" },
@@ -123,4 +137,66 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       return true;
     });
   }
+});
+
+Deno.test("a range that is refused is refused for the part at fault: the address, the prefix length, or the host bits", () => {
+  const cases: [string, CidrProblem | null][] = [
+    ["10.0.0.0/8", null],
+    ["10.0.0.1/8", "host_bits_set"],
+    ["10.0.0.1/99", "prefix_too_long"],
+    ["fd00::/129", "prefix_too_long"],
+    ["1.2.3.4/032", "prefix_malformed"],
+    ["1.2.3.4/", "prefix_malformed"],
+    ["proxy.local", "not_an_address"],
+    ["fd00::1/64", "host_bits_set"],
+  ];
+  for (const [text, problem] of cases) {
+    assert.equal(cidrProblem(text), problem, text);
+    assert.equal(parseCidr(text) === null, problem !== null, text);
+  }
+});
+
+Deno.test("DATABASE_URL and DENO_KV_PATH both set says which one .env sets, and what to remove", () => {
+  const both = env({
+    DATABASE_URL: "postgres://keys@127.0.0.1:5432/keys",
+    DENO_KV_PATH: "./data/keys.db",
+  });
+  const message = (inFile: string[]) => {
+    try {
+      readStoreLocation(both, { envFileNames: () => new Set(inFile) });
+    } catch (error) {
+      assert.ok(error instanceof ConfigError);
+      return error.message;
+    }
+    throw new Error("both stores were accepted");
+  };
+  assert.match(
+    message(["DENO_KV_PATH", "PORT"]),
+    /^DATABASE_URL is set in the environment and DENO_KV_PATH in \.env, .*; remove DENO_KV_PATH from \.env, or unset DATABASE_URL/,
+  );
+  assert.match(
+    message(["DATABASE_URL"]),
+    /^DENO_KV_PATH is set in the environment and DATABASE_URL in \.env/,
+  );
+  assert.match(message(["DATABASE_URL", "DENO_KV_PATH"]), /both set in \.env/);
+  assert.match(message([]), /both set in the environment \(not in \.env\)/);
+});
+
+Deno.test("envFileNames reads the names .env defines, export lines included, and nothing when there is none", () => {
+  using dir = {
+    path: Deno.makeTempDirSync(),
+    [Symbol.dispose]() {
+      Deno.removeSync(this.path, { recursive: true });
+    },
+  };
+  const path = `${dir.path}/.env`;
+  assert.deepEqual([...envFileNames({ path })], []);
+  Deno.writeTextFileSync(
+    path,
+    "# a comment\nDENO_KV_PATH=./data/keys.db\nexport PORT = 8001\n\nNOT A LINE\n",
+  );
+  assert.deepEqual([...envFileNames({ path })].sort(), [
+    "DENO_KV_PATH",
+    "PORT",
+  ]);
 });

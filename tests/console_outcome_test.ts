@@ -305,7 +305,7 @@ function processState(pid: number): string {
 for (const { label, postgres: onPostgres } of STORES) {
   Deno.test({
     name:
-      `${label}: Ctrl-C during the wait for a paused server says the key is revoked in the store and which server had not confirmed it, and exits 3`,
+      `${label}: Ctrl-C during the wait for a paused server says the key is revoked in the store and which server had not confirmed it, and exits 3 (--json: error wait_interrupted)`,
     ignore: onPostgres && NO_DATABASE,
     async fn() {
       using dir = tempDir();
@@ -335,7 +335,7 @@ for (const { label, postgres: onPostgres } of STORES) {
         const console = watched(
           taskCommand("keys", {
             cwd: dir.path,
-            args: ["revoke", String(target.id), "--yes"],
+            args: ["revoke", String(target.id), "--yes", "--json"],
             env: store.env,
           }),
         );
@@ -343,6 +343,12 @@ for (const { label, postgres: onPostgres } of STORES) {
         console.process.kill("SIGINT");
         const result = await console.finished();
         assert.equal(result.code, 3, result.stderr);
+        // With --json, the one value on stdout is the failure, with its code.
+        assert.equal(
+          JSON.parse(result.stdout).error.code,
+          "wait_interrupted",
+          result.stdout,
+        );
         assert.match(
           result.stderr,
           new RegExp(

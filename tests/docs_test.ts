@@ -376,3 +376,40 @@ Deno.test("every deno task keys command in the README, the docs and --help is on
     }
   }
 });
+
+Deno.test("operators.md counts the check's variables as integrators.md lists them and the check task may read them", () => {
+  const variables = tableAfter(
+    read("docs/integrators.md"),
+    "## Monitoring with `deno task check`",
+  ).map((row) => row[0].replaceAll("`", "")).filter((name) =>
+    /^[A-Z_]+$/.test(name)
+  );
+  const tasks = JSON.parse(read("deno.json")).tasks as Record<string, string>;
+  const allowEnv = /--allow-env=(\S+)/.exec(tasks.check)?.[1].split(",");
+  assert.deepEqual([...variables].sort(), [...allowEnv ?? []].sort());
+  const words = ["none", "one", "two", "three", "four", "five", "six", "seven"];
+  const counted = words[variables.length];
+  const operators = read("docs/operators.md");
+  const mentions = [
+    ...operators.matchAll(/\bits\s+(?:own\s+)?\[?(\w+)/g),
+  ].map((m) => m[1]).filter((word) => words.includes(word));
+  assert.ok(mentions.length >= 2, `found ${mentions.join(", ")}`);
+  for (const word of mentions) assert.equal(word, counted);
+});
+
+Deno.test("every npx command in the README and the docs puts -- before deno, so npx leaves Deno's flags alone", () => {
+  const sources = [
+    "README.md",
+    ...[...Deno.readDirSync(new URL("docs/", ROOT))].map((e) =>
+      `docs/${e.name}`
+    ),
+  ];
+  let found = 0;
+  for (const path of sources) {
+    for (const match of read(path).matchAll(/npx [^\n`]*?deno@[\d.]+/g)) {
+      found++;
+      assert.match(match[0], /^npx -y -- deno@/, `${path}: ${match[0]}`);
+    }
+  }
+  assert.ok(found >= 3, `found only ${found}`);
+});

@@ -41,3 +41,24 @@ Deno.test("with umask 000, the data folder is 0700 and the store and its compani
     Deno.umask(previous);
   }
 });
+
+Deno.test("an export written into the checkout by a relative FILE, and its hidden temporary file, are ignored by git and kept out of the image", async () => {
+  const root = new URL("../", import.meta.url).pathname;
+  const names = [
+    "relative.jsonl",
+    "backups/keys-2026-11-21.jsonl",
+    "keys.jsonl.gz",
+    ".relative.jsonl.1a2b3c4d.tmp",
+  ];
+  for (const name of names) {
+    const ignored = await new Deno.Command("git", {
+      args: ["check-ignore", "--quiet", "--no-index", name],
+      cwd: root,
+    }).output();
+    assert.equal(ignored.code, 0, `git does not ignore ${name}`);
+  }
+  const docker = await Deno.readTextFile(`${root}.dockerignore`);
+  for (const pattern of ["*.jsonl", "*.jsonl.gz", ".*.tmp"]) {
+    assert.ok(docker.split("\n").includes(pattern), pattern);
+  }
+});

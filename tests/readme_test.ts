@@ -106,6 +106,11 @@ async function runWalkThrough(deno: string[]): Promise<void> {
     // Nor does the task runner repeat a command line: its arguments may be
     // a reason, a path, or a key typed by mistake.
     assert.doesNotMatch(stderr, /Task keys/);
+    // Both backups are as private as the store, whatever the shell's umask.
+    for (const file of ["keys-backup.jsonl", "keys-backup.jsonl.gz"]) {
+      const mode = (await Deno.stat(`${dir.path}/${file}`)).mode! & 0o777;
+      assert.equal(mode.toString(8), "600", file);
+    }
     Deno.kill(-server.pid, "SIGTERM");
     await drain;
   } finally {

@@ -17,6 +17,19 @@ export function plain(value: number): string {
   });
 }
 
+/**
+ * Seconds to the microsecond, the finest the check measures: a float
+ * difference such as 0.045105131000000014 is reported as 0.045105.
+ */
+export function microseconds(seconds: number): number {
+  return Math.round(seconds * 1e6) / 1e6;
+}
+
+/** "1 hour", "2 days": a count and its unit, singular for one. */
+export function counted(count: number, unit: string): string {
+  return `${count} ${unit}${count === 1 ? "" : "s"}`;
+}
+
 /** A duration in milliseconds, one decimal below 10 ms. */
 export function milliseconds(seconds: number): string {
   const ms = seconds * 1000;

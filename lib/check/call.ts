@@ -8,6 +8,7 @@
 import { CHECK_ENV, type CheckConfig } from "./config.ts";
 import { judgeFailure, judgeStatus } from "./judge.ts";
 import { blankOutcome, type CheckOutcome, state } from "./outcome.ts";
+import { microseconds } from "./_units.ts";
 
 // The connection status is a few hundred bytes; a page this big is not it.
 const MAX_BODY_BYTES = 64 * 1024;
@@ -57,7 +58,7 @@ export async function runCheck(
     ...base,
     reachable: true,
     httpStatus: response.status,
-    roundTripSeconds: roundTripMs / 1000,
+    roundTripSeconds: microseconds(roundTripMs / 1000),
   };
   if (response.status === 200) {
     return judgeStatus(answered, body, {

@@ -12,7 +12,13 @@ import {
 } from "../routes/connection.ts";
 import { CHECK_ENV } from "./config.ts";
 import { type CheckOutcome, state } from "./outcome.ts";
-import { milliseconds, plain, signed } from "./_units.ts";
+import {
+  counted,
+  microseconds,
+  milliseconds,
+  plain,
+  signed,
+} from "./_units.ts";
 
 /**
  * A 200's body: OK, a WARNING when the clock offset (against the midpoint of
@@ -39,7 +45,9 @@ export function judgeStatus(
         `check that ${CHECK_ENV.baseUrl} points at the integration service and not at a proxy or login page`,
     };
   }
-  const offset = (Date.parse(status.serverUtc) - clock.localMidpointMs) / 1000;
+  const offset = microseconds(
+    (Date.parse(status.serverUtc) - clock.localMidpointMs) / 1000,
+  );
   const who = `key ${status.apiKeyId} (${status.email})`;
   const found = {
     ...answered,
@@ -95,10 +103,12 @@ function expiryWarning(
   const left = Date.parse(status.apiKeyExpiresAt) -
     Date.parse(status.serverUtc);
   if (left >= days * 86_400_000) return null;
+  // Rounded up: "within 2 hours" of a key with 1.5 hours left is true,
+  // "within 1 hours" was neither true nor English.
   const hours = Math.max(0, left) / 3_600_000;
   const within = hours < 48
-    ? `${Math.floor(hours)} hours`
-    : `${Math.floor(hours / 24)} days`;
+    ? counted(Math.max(1, Math.ceil(hours)), "hour")
+    : counted(Math.ceil(hours / 24), "day");
   return `at ${status.apiKeyExpiresAt} (within ${within})`;
 }
 

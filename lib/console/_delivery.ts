@@ -34,6 +34,7 @@ export function refuseDiscardingStdout(): void {
   if (discards) {
     throw new CommandError(
       "stdout is closed or /dev/null, where the key would be lost; nothing changed; send stdout to a terminal, a file or a pipe",
+      { code: "stdout_discards" },
     );
   }
 }

@@ -40,18 +40,22 @@ export function commandHelp(command: Command): string {
     ...command.options,
     json: JSON_OPTION,
   };
+  const names = Object.entries(options).map(([option, spec]) =>
+    `--${option}${spec.type === "string" ? " VALUE" : ""}`
+  );
+  // Sized to the longest, with two spaces to spare, so that no option runs
+  // into its text (--until-first-use, --expires-in VALUE).
+  const width = Math.max("--help".length, ...names.map((n) => n.length)) + 2;
   return [
     `${command.summary[0].toUpperCase()}${command.summary.slice(1)}.`,
     "",
     `Usage: deno task -q keys ${command.usage} [--json]`,
     "",
     "Options:",
-    ...Object.entries(options).map(([option, spec]) =>
-      `  --${
-        (option + (spec.type === "string" ? " VALUE" : "")).padEnd(14)
-      }${spec.help}`
+    ...Object.values(options).map((spec, i) =>
+      `  ${names[i].padEnd(width)}${spec.help}`
     ),
-    "  --help          show this help",
+    `  ${"--help".padEnd(width)}show this help`,
     ...(command.notes ?? []),
   ].join("\n");
 }

@@ -21,7 +21,9 @@ export function checked(
     return normalize(text);
   } catch (error) {
     if (error instanceof InvalidFieldError) {
-      throw new UsageError(`--${error.field}: ${describeStoreError(error)}`);
+      throw new UsageError(`--${error.field}: ${describeStoreError(error)}`, {
+        code: error.code,
+      });
     }
     throw error;
   }
@@ -31,7 +33,9 @@ export function checked(
 export function required(values: Context["values"], option: string): string {
   const value = values[option];
   if (typeof value !== "string" || value.trim() === "") {
-    throw new UsageError(`--${option} is required`);
+    throw new UsageError(`--${option} is required`, {
+      code: "option_required",
+    });
   }
   return value;
 }

@@ -37,7 +37,9 @@ export function requestedExpiry(
   const inText = values["expires-in"];
   const atText = values["expires-at"];
   if (typeof inText === "string" && typeof atText === "string") {
-    throw new UsageError("Give --expires-in or --expires-at, not both");
+    throw new UsageError("Give --expires-in or --expires-at, not both", {
+      code: "options_conflict",
+    });
   }
   let at: number;
   if (typeof inText === "string") {

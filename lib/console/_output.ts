@@ -14,6 +14,23 @@ export class Output {
   #size = 0;
   #encoder = new TextEncoder();
   #closed = false;
+  #delivered = false;
+
+  /**
+   * True once {@linkcode deliver} has written: stdout then holds a key, or
+   * the start of a rotation's value, that nothing may follow.
+   */
+  get delivered(): boolean {
+    return this.#delivered;
+  }
+
+  /**
+   * True once the reader of stdout has gone away (`keys list | head`): a
+   * listing stops reading the store rather than format rows for nobody.
+   */
+  get closed(): boolean {
+    return this.#closed;
+  }
 
   /** Queues text, writing out once 64 KiB are pending. */
   write(text: string): void {
@@ -37,6 +54,7 @@ export class Output {
     this.#size = 0;
     if (this.#closed) throw new Deno.errors.BrokenPipe("stdout is closed");
     writeAllSync(Deno.stdout, bytes);
+    this.#delivered = true;
   }
 
   /**

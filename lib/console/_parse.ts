@@ -1,15 +1,22 @@
 /**
  * The command line: which command, its options and arguments, or a request
- * for help. Every mistake is a {@linkcode UsageError} that names the fix.
+ * for help. Every mistake is a {@linkcode UsageError} of one line that
+ * names the fix: an unknown option, an option given twice, an option whose
+ * value is missing (`--name --email …`), a key id no key can have.
+ *
+ * The console's own parser rather than node:util's parseArgs, which takes
+ * the last of a repeated option silently and words a missing value as an
+ * "ambiguous argument".
  *
  * @module
  */
 
-import { parseArgs } from "node:util";
 import { looksLikeApiKey } from "../api_key.ts";
-import type { Command, Context } from "./command.ts";
+import { MAX_KEY_ID } from "../store/records.ts";
+import { type Command, type Context, KEY_ARGUMENT } from "./command.ts";
 import { KeyArgumentError, UsageError } from "./errors.ts";
 import { commandHelp, mainHelp } from "./_help.ts";
+import { visible } from "./_output.ts";
 
 /** A command line that names a command to run. */
 export interface ParsedCommand {
@@ -29,7 +36,7 @@ export function parse(
   commands: Readonly<Record<string, Command>>,
 ): ParsedCommand | { help: string } {
   // Before anything that could quote an argument back (an unknown command,
-  // an option node:util does not know, a key that is not found).
+  // an unknown option, a key that is not found).
   if (args.some(looksLikeApiKey)) throw new KeyArgumentError();
   const [name, ...rest] = args;
   if (
@@ -40,50 +47,138 @@ export function parse(
   const command = Object.hasOwn(commands, name) ? commands[name] : undefined;
   if (command === undefined) {
     throw new UsageError(
-      `Unknown command ${JSON.stringify(name)}; the commands are ${
+      `Unknown command ${quoted(name)}; the commands are ${
         Object.keys(commands).join(", ")
       } (see --help)`,
+      { code: "unknown_command" },
     );
   }
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: rest,
-      options: {
-        ...Object.fromEntries(
-          Object.entries(command.options).map((
-            [k, v],
-          ) => [k, { type: v.type }]),
-        ),
-        json: { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-      },
-      allowPositionals: true,
-      strict: true,
-    });
-  } catch (error) {
-    // node:util's messages are long and end in a period; keep the first sentence.
-    const message = error instanceof Error ? error.message : String(error);
-    throw new UsageError(
-      `${message.split(/\.\s|\.$/)[0]}; see "keys ${name} --help"`,
-    );
+  const options = optionTypes(command);
+  const ending = rest.indexOf("--");
+  const flags = ending === -1 ? rest : rest.slice(0, ending);
+  // Help wins over any other mistake on the line: it is what was asked for.
+  if (flags.includes("--help") || flags.includes("-h")) {
+    return { help: commandHelp(command) };
   }
-  if (parsed.values.help) return { help: commandHelp(command) };
+  const values: Context["values"] = {};
+  const positionals: string[] = [];
+  const see = `see "keys ${name} --help"`;
+  for (let i = 0; i < rest.length; i++) {
+    const arg = rest[i];
+    if (arg === "--") {
+      positionals.push(...rest.slice(i + 1));
+      break;
+    }
+    if (!arg.startsWith("-") || arg === "-") {
+      positionals.push(arg);
+      continue;
+    }
+    const equals = arg.indexOf("=");
+    const option = arg.startsWith("--")
+      ? arg.slice(2, equals === -1 ? undefined : equals)
+      : arg.slice(1);
+    const type = Object.hasOwn(options, option) ? options[option] : undefined;
+    if (type === undefined || !arg.startsWith("--")) {
+      throw new UsageError(
+        `Unknown option '${
+          visible(equals === -1 ? arg : arg.slice(0, equals))
+        }' for ${name}; ${see}`,
+        { code: "unknown_option" },
+      );
+    }
+    if (type === "boolean") {
+      if (equals !== -1) {
+        throw new UsageError(
+          `--${option} takes no value; write --${option} alone`,
+          { code: "option_value_unexpected" },
+        );
+      }
+      // Saying a switch twice means what saying it once does.
+      values[option] = true;
+      continue;
+    }
+    let value: string;
+    if (equals !== -1) value = arg.slice(equals + 1);
+    else {
+      const next = rest[i + 1];
+      if (next === undefined || next === "--" || isOption(next)) {
+        throw new UsageError(
+          `--${option} needs a value${
+            next === undefined || next === "--"
+              ? ""
+              : `, but ${quoted(next)} follows it`
+          }; write --${option} VALUE, or --${option}=VALUE for a value that starts with -`,
+          { code: "option_value_missing" },
+        );
+      }
+      value = next;
+      i++;
+    }
+    const earlier = values[option];
+    if (typeof earlier === "string") {
+      throw new UsageError(
+        `--${option} is given twice (${quoted(earlier)}, then ${
+          quoted(value)
+        }); give it once`,
+        { code: "option_repeated" },
+      );
+    }
+    values[option] = value;
+  }
   const [min, max, what] = command.positionals;
-  if (parsed.positionals.length < min) {
-    throw new UsageError(`${name} needs ${what}; see "keys ${name} --help"`);
+  if (positionals.length < min) {
+    throw new UsageError(`${name} needs ${what}; ${see}`, {
+      code: "argument_missing",
+    });
   }
-  if (parsed.positionals.length > max) {
+  if (positionals.length > max) {
     throw new UsageError(
       `${name} takes ${max === 0 ? "no arguments" : `one ${what}`}, not ${
-        JSON.stringify(parsed.positionals.slice(max).join(" "))
-      }; see "keys ${name} --help"`,
+        quoted(positionals.slice(max).join(" "))
+      }; ${see}`,
+      { code: "argument_extra" },
     );
   }
+  if (what === KEY_ARGUMENT && positionals[0] !== undefined) {
+    checkKeyId(positionals[0]);
+  }
+  return { name, command, values, positionals };
+}
+
+/**
+ * A KEY of digits is an id: one no key can have is refused before the store
+ * is asked, and quoted as typed (Number() would turn twenty digits into
+ * 100000000000000000000).
+ */
+function checkKeyId(ref: string): void {
+  if (!/^\d+$/.test(ref)) return;
+  const id = Number(ref);
+  if (id >= 1 && id <= MAX_KEY_ID) return;
+  throw new UsageError(
+    `Key ids are whole numbers from 1 to ${MAX_KEY_ID}, so no key has the id ${ref}; run "keys list --all" to see the keys`,
+    { code: "key_id_out_of_range" },
+  );
+}
+
+/** Every option the command takes, with its type: its own, --json and --help. */
+function optionTypes(
+  command: Command,
+): Record<string, "string" | "boolean"> {
   return {
-    name,
-    command,
-    values: parsed.values,
-    positionals: parsed.positionals,
+    ...Object.fromEntries(
+      Object.entries(command.options).map(([k, v]) => [k, v.type]),
+    ),
+    json: "boolean",
+    help: "boolean",
   };
+}
+
+/** `--name`, `-h`: an option, not a value; a lone `-` is stdin or stdout. */
+function isOption(arg: string): boolean {
+  return arg.startsWith("-") && arg !== "-" && !/^-\d/.test(arg);
+}
+
+/** An argument quoted back, made harmless to the terminal. */
+function quoted(text: string): string {
+  return visible(JSON.stringify(text));
 }

@@ -38,7 +38,7 @@ export async function confirm(
   const answer = await readAnswer();
   if (answer === null) await writeAll(Deno.stderr, "\n");
   if (!/^\s*y(es)?\s*$/i.test(answer ?? "")) {
-    throw new CommandError(text.declined);
+    throw new CommandError(text.declined, { code: "declined" });
   }
 }
 

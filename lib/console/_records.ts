@@ -141,3 +141,53 @@ export async function pendingRetirement(
     firstUse ? ` or at key ${record.replacedBy}'s first use` : ""
   }, replaced by key ${record.replacedBy}`;
 }
+
+/**
+ * A console command line to advise, quoted as the console prints advice
+ * (`"keys revoke 2"`), each word shell-quoted when it needs to be, so that
+ * it can be copied as it stands.
+ */
+export function advice(words: string[]): string {
+  return `"keys ${words.map(shellWord).join(" ")}"`;
+}
+
+function shellWord(word: string): string {
+  if (/^[A-Za-z0-9@%+=:,./_-]+$/.test(word)) return word;
+  return visible(`'${word.replaceAll("'", `'\\''`)}'`);
+}
+
+/**
+ * The valid key that carries a revoked key's name now (its rotation's
+ * replacement, or a key created since), or null: what advice about a
+ * revoked key points to instead.
+ */
+export async function holderOfName(
+  store: KeyStore,
+  record: KeyRecord,
+): Promise<KeyRecord | null> {
+  const holder = await store.getByName(record.name);
+  if (holder === null || holder.id === record.id) return null;
+  const current = recordAt(holder, Date.now());
+  return current.status === "valid" ? current : null;
+}
+
+/**
+ * The newest key of a rotation's line that starts at `record` (a key in an
+ * overlap): its replacement, that one's, and so on. `valid` is false when
+ * the line ends in a revoked or missing key, which nothing can rotate.
+ */
+export async function newestOfLine(
+  store: KeyStore,
+  record: KeyRecord,
+): Promise<{ record: KeyRecord; valid: boolean }> {
+  const seen = new Set<number>([record.id]);
+  let current = record;
+  while (current.replacedBy !== null && !seen.has(current.replacedBy)) {
+    seen.add(current.replacedBy);
+    const next = await store.get(current.replacedBy);
+    if (next === null) return { record: current, valid: false };
+    current = recordAt(next, Date.now());
+    if (current.status !== "valid") return { record: current, valid: false };
+  }
+  return { record: current, valid: current.replacedBy === null };
+}

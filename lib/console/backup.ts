@@ -40,6 +40,7 @@ export const exportCommand: Command = {
     if (positionals[0] === STDIO && json) {
       throw new UsageError(
         "export - writes the export itself to stdout; leave out --json",
+        { code: "options_conflict" },
       );
     }
     const summary = await exportTo(store, positionals[0], { actor });
@@ -80,6 +81,7 @@ export const importCommand: Command = {
       if (positionals.length > 0) {
         throw new UsageError(
           'import --abort takes no FILE; run "keys import FILE" afterwards',
+          { code: "argument_extra" },
         );
       }
       const aborted = await store.abortImport({ actor });
@@ -94,6 +96,7 @@ export const importCommand: Command = {
     if (positionals.length === 0 || positionals[0] === "") {
       throw new UsageError(
         `import needs ${FILE_ARGUMENT}; see "keys import --help"`,
+        { code: "argument_missing" },
       );
     }
     const summary = await importFrom(store, positionals[0], { actor });

@@ -119,9 +119,11 @@ async function undeliveredCreate(
       `Key ${record.id} was created but could not be written to stdout (${cause}), and revoking it failed (${
         failure(error)
       }); nobody has this key: revoke it with "keys revoke ${record.id} --reason 'not delivered'", then ${again}`,
+      { code: "key_not_delivered" },
     );
   }
   return new CommandError(
     `Key ${record.id} was created but could not be written to stdout (${cause}); it has been revoked and no other key changed; ${again}`,
+    { code: "key_not_delivered" },
   );
 }

@@ -1,17 +1,138 @@
 /**
- * The console's two kinds of failure, and the one place that turns any error
+ * The console's two kinds of failure, the stable code every failure carries
+ * (the `error.code` of `--json`), and the one place that turns any error
  * into the line an admin reads.
  *
  * @module
  */
 
 import { ConfigError } from "../config.ts";
-import { BackupError } from "../backup.ts";
+import { BackupError, type BackupErrorCode } from "../backup.ts";
+import { PermissionsMissingError } from "../permissions.ts";
 import { describeStoreError } from "./store_errors.ts";
-import { StoreInputError } from "../store/errors.ts";
+import {
+  type StoreInputCode,
+  StoreInputError,
+  type StoreUnavailableCode,
+  StoreUnavailableError,
+} from "../store/errors.ts";
+import { WaitInterruptedError } from "../store/acknowledged.ts";
+
+/** Why a command line is wrong: the code of a {@linkcode UsageError}. */
+export type UsageCode =
+  | "unknown_command"
+  | "unknown_option"
+  | "option_repeated"
+  | "option_value_missing"
+  | "option_value_unexpected"
+  | "option_required"
+  | "options_conflict"
+  | "argument_missing"
+  | "argument_extra"
+  | "invalid_value"
+  | "key_argument"
+  | "key_id_out_of_range"
+  | "file_not_found";
+
+/** Why a command could not be done: the code of a {@linkcode CommandError}. */
+export type CommandCode =
+  | "command_failed"
+  | "declined"
+  | "key_revoked"
+  | "key_not_delivered"
+  | "stdout_discards"
+  | "not_a_key"
+  | "unknown_key_value"
+  | "change_uncertain";
+
+/**
+ * Every code `--json` may print as `error.code`, documented in
+ * docs/console.md: the console's own, the store's (lib/store/errors.ts) and
+ * the backup's, plus the few for errors from elsewhere.
+ */
+export type ConsoleErrorCode =
+  | UsageCode
+  | CommandCode
+  | StoreInputCode
+  | StoreUnavailableCode
+  | BackupErrorCode
+  | "config_invalid"
+  | "permissions_missing"
+  | "permission_refused"
+  | "wait_interrupted"
+  | "internal";
+
+/** The same codes at run time, for tests and the docs' table. */
+export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
+  "unknown_command",
+  "unknown_option",
+  "option_repeated",
+  "option_value_missing",
+  "option_value_unexpected",
+  "option_required",
+  "options_conflict",
+  "argument_missing",
+  "argument_extra",
+  "invalid_value",
+  "key_argument",
+  "key_id_out_of_range",
+  "invalid_name",
+  "invalid_email",
+  "invalid_reason",
+  "invalid_allowFrom",
+  "file_not_found",
+  "file_exists",
+  "file_invalid",
+  "file_refused",
+  "export_changed",
+  "command_failed",
+  "declined",
+  "key_revoked",
+  "key_not_delivered",
+  "stdout_discards",
+  "not_a_key",
+  "unknown_key_value",
+  "change_uncertain",
+  "key_not_found",
+  "name_taken",
+  "rotate_revoked",
+  "rotate_retiring",
+  "key_collision",
+  "key_ids_exhausted",
+  "import_unfinished",
+  "import_aborted",
+  "import_not_empty",
+  "import_raced",
+  "import_bad_key",
+  "import_bad_audit",
+  "import_unknown_item",
+  "store_kind_unsupported",
+  "store_unavailable",
+  "store_busy",
+  "store_overloaded",
+  "change_unconfirmed",
+  "change_cancelled",
+  "config_invalid",
+  "permissions_missing",
+  "permission_refused",
+  "wait_interrupted",
+  "internal",
+];
 
 /** A wrong command line: exit code 2. */
-export class UsageError extends Error {}
+export class UsageError extends Error {
+  override name = "UsageError";
+  /** Stable, for scripts and tests: never match on the message. */
+  readonly code: UsageCode | StoreInputCode;
+
+  constructor(
+    message: string,
+    options: { code?: UsageCode | StoreInputCode } = {},
+  ) {
+    super(message);
+    this.code = options.code ?? "invalid_value";
+  }
+}
 
 /**
  * An argument that looks like an API key: refused without being echoed or
@@ -19,18 +140,30 @@ export class UsageError extends Error {}
  * the task runner prints. Exit code 2.
  */
 export class KeyArgumentError extends UsageError {
-  /** Stable, for tests and callers: never match on the message. */
-  readonly code = "key_argument";
+  override name = "KeyArgumentError";
 
   constructor() {
     super(
       'That argument looks like an API key, so it is neither shown nor looked up; to find which key a value is, pipe it to "deno task -q keys identify", which reads it from stdin (see keys identify --help)',
+      { code: "key_argument" },
     );
   }
 }
 
 /** A command that could not be done, with a message meant for the admin as is: exit code 1. */
-export class CommandError extends Error {}
+export class CommandError extends Error {
+  override name = "CommandError";
+  /** Stable, for scripts and tests: never match on the message. */
+  readonly code: CommandCode | StoreInputCode;
+
+  constructor(
+    message: string,
+    options: { code?: CommandCode | StoreInputCode } = {},
+  ) {
+    super(message);
+    this.code = options.code ?? "command_failed";
+  }
+}
 
 /**
  * An error as one line for the admin: the message of errors written for
@@ -40,16 +173,45 @@ export class CommandError extends Error {}
 export function failure(error: unknown): string {
   if (
     error instanceof ConfigError || error instanceof CommandError ||
-    error instanceof BackupError
+    error instanceof BackupError || error instanceof UsageError ||
+    error instanceof PermissionsMissingError
   ) {
     return error.message;
   }
   if (error instanceof StoreInputError) return describeStoreError(error);
   if (error instanceof Deno.errors.NotCapable) {
-    return `The console was refused a permission its configuration did not name (${error.message}); run it with deno task keys`;
+    return `The console was refused a permission its configuration did not name (${error.message}); run it with deno task -q keys`;
   }
   return `The command failed: ${
     describeStoreError(error) ??
       (error instanceof Error ? error.message : String(error))
   }`;
+}
+
+/** The stable code of any error the console reports. */
+export function errorCode(error: unknown): ConsoleErrorCode {
+  if (
+    error instanceof UsageError || error instanceof CommandError ||
+    error instanceof StoreInputError ||
+    error instanceof StoreUnavailableError ||
+    error instanceof BackupError
+  ) {
+    return error.code;
+  }
+  if (error instanceof ConfigError) return "config_invalid";
+  if (error instanceof PermissionsMissingError) return "permissions_missing";
+  if (error instanceof WaitInterruptedError) return "wait_interrupted";
+  if (error instanceof Deno.errors.NotCapable) return "permission_refused";
+  return "internal";
+}
+
+/**
+ * The exit code of a failure: 2 for a wrong command line (FILE naming no
+ * file included), 1 for anything else the command could not do.
+ */
+export function exitCodeOf(error: unknown): 1 | 2 {
+  return error instanceof UsageError ||
+      (error instanceof BackupError && error.usage)
+    ? 2
+    : 1;
 }

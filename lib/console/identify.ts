@@ -11,7 +11,7 @@ import { hashApiKey, isWellFormedApiKey, KEY_PATTERN } from "../api_key.ts";
 import { recordAt } from "../store/expiry.ts";
 import { writeAll } from "../_write_all.ts";
 import { type Command, STDIO } from "./command.ts";
-import { CommandError } from "./errors.ts";
+import { CommandError, UsageError } from "./errors.ts";
 import { named } from "./_records.ts";
 import { jsonText, visible } from "./_output.ts";
 
@@ -47,12 +47,14 @@ export const identify: Command = {
     if (!isWellFormedApiKey(candidate)) {
       throw new CommandError(
         "The value is not a well-formed API key (isk_, 36 letters and digits, a valid checksum), so no key can be it; check what was copied",
+        { code: "not_a_key" },
       );
     }
     const found = await store.findByHash(hashApiKey(candidate));
     if (found === null) {
       throw new CommandError(
         "No key in this store has that value: it was not issued by this installation, or was issued before the store was replaced",
+        { code: "unknown_key_value" },
       );
     }
     const record = recordAt(found, Date.now());
@@ -73,9 +75,14 @@ export const identify: Command = {
       if (fact === null) continue;
       out.line(`${field.padEnd(14)}${visible(String(fact))}`);
     }
-    if (record.status === "valid") {
+    // A key in a rotation's overlap cannot be rotated again: only revoked.
+    if (record.status === "valid" && record.replacedBy === null) {
       out.line(
         `It still works: rotate it with "deno task -q keys rotate ${record.id}" or revoke it with "deno task -q keys revoke ${record.id}"`,
+      );
+    } else if (record.status === "valid") {
+      out.line(
+        `It still works until ${record.expiresAt}, in a rotation's overlap (key ${record.replacedBy} replaces it): revoke it now with "deno task -q keys revoke ${record.id}"`,
       );
     }
   },
@@ -86,11 +93,14 @@ async function readFile(file: string): Promise<string> {
     const bytes = await Deno.readFile(file);
     return new TextDecoder().decode(bytes.subarray(0, MAX_INPUT_BYTES));
   } catch (error) {
-    throw new CommandError(
-      `${visible(file)} cannot be read (${
-        error instanceof Error ? error.name : "error"
-      }); check the path, or give the value on stdin`,
-    );
+    // FILE naming no file is a wrong command line, as for import.
+    const missing = error instanceof Deno.errors.NotFound;
+    const message = `${visible(file)} cannot be read (${
+      error instanceof Error ? error.name : "error"
+    }); check the path, or give the value on stdin`;
+    throw missing
+      ? new UsageError(message, { code: "file_not_found" })
+      : new CommandError(message);
   }
 }
 

@@ -46,6 +46,7 @@ export const list: Command = {
       for await (const record of records) {
         out.write((first ? "" : ",") + jsonText(publicRecord(record)));
         first = false;
+        if (out.closed) return;
       }
       out.line("]");
       return;
@@ -60,6 +61,7 @@ export const list: Command = {
     }));
     let count = 0;
     const exposed: number[] = [];
+    const exposedRetiring: number[] = [];
     const soon: number[] = [];
     for await (const record of records) {
       out.line(rowLine(columns, record, {
@@ -68,8 +70,16 @@ export const list: Command = {
           : undefined,
       }));
       count++;
+      // The heading and the first row go out at once: whoever waits for
+      // the listing sees it start, whatever the store's size, rather than
+      // after the 64 KiB the buffer otherwise gathers.
+      if (count === 1) out.flush();
+      if (out.closed) break;
       if (record.exposedAt !== null && record.status === "valid") {
-        exposed.push(record.id);
+        // One in a rotation's overlap cannot be rotated again: only revoked.
+        (record.replacedBy === null ? exposed : exposedRetiring).push(
+          record.id,
+        );
       }
       if (expiringSoon(record, ctx.now) && record.replacedBy === null) {
         soon.push(record.id);
@@ -84,6 +94,13 @@ export const list: Command = {
         `Sent in a URL, where proxies and logs may keep them: ${
           exposed.join(", ")
         }; rotate each with "keys rotate KEY"`,
+      );
+    }
+    if (exposedRetiring.length > 0) {
+      report(
+        `Sent in a URL and in a rotation's overlap: ${
+          exposedRetiring.join(", ")
+        }; revoke each now with "keys revoke KEY"`,
       );
     }
     if (soon.length > 0) {

@@ -16,7 +16,7 @@ import {
 import { checked } from "./_input.ts";
 import { report } from "./_output.ts";
 import { confirm } from "./_prompt.ts";
-import { describe, named, printRecord, resolve } from "./_records.ts";
+import { advice, describe, named, printRecord, resolve } from "./_records.ts";
 
 /** `keys revoke KEY [--reason TEXT] [--yes]`. */
 export const revoke: Command = {
@@ -63,10 +63,14 @@ export const revoke: Command = {
       report(
         `Key ${
           named(older)
-        }, which key ${older.replacedBy} replaced, still works until ${older.expiresAt}; revoke it too if it must stop now: keys revoke ${older.id}`,
+        }, which key ${older.replacedBy} replaced, still works until ${older.expiresAt}; revoke it too if it must stop now: ${
+          advice(["revoke", String(older.id)])
+        }`,
       );
     }
-    printRecord(ctx, record);
+    // As the store holds it after the change: get() fills in the usage
+    // lists (last used, networks) that a revocation does not return.
+    printRecord(ctx, (await store.get(record.id)) ?? record);
   },
 };
 

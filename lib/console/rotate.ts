@@ -6,12 +6,8 @@
  */
 
 import { generateApiKey } from "../api_key.ts";
-import {
-  KeyCollisionError,
-  RotateRevokedError,
-  StoreUnavailableError,
-} from "../store/errors.ts";
-import { publicRecord, refuseRetiring } from "../store/records.ts";
+import { KeyCollisionError, StoreUnavailableError } from "../store/errors.ts";
+import { publicRecord } from "../store/records.ts";
 import type {
   KeyRecord,
   KeyStore,
@@ -33,7 +29,14 @@ import {
 import { CommandError, failure, UsageError } from "./errors.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { confirm } from "./_prompt.ts";
-import { describe, named, resolve } from "./_records.ts";
+import {
+  advice,
+  describe,
+  holderOfName,
+  named,
+  newestOfLine,
+  resolve,
+} from "./_records.ts";
 import { overlapDeadline, replacementExpiry } from "./_lifetime.ts";
 
 /** `keys rotate KEY [--overlap DURATION] [--until-first-use] [--yes]`. */
@@ -68,11 +71,12 @@ export const rotate: Command = {
     const { store, positionals, json, out, actor, now } = ctx;
     const overlap = overlapOption(ctx.values, { now });
     const target = await resolve(store, positionals[0]);
-    // A revoked key cannot be rotated: say so without asking, or writing a key.
-    if (target.status !== "valid") throw new RotateRevokedError(target.id);
-    // Nor can a key in an overlap: say so before a key that would not work
-    // is written to stdout.
-    refuseRetiring(target);
+    // A revoked key cannot be rotated, nor a key in an overlap: say so, with
+    // a command that works instead, before anything is asked or written.
+    if (target.status !== "valid") throw await revokedRefusal(store, target);
+    if (target.replacedBy !== null) {
+      throw await retiringRefusal(store, target);
+    }
     await confirm({
       question: `Rotate key ${describe(target)}? ` +
         (overlap.overlapUntil
@@ -102,6 +106,7 @@ export const rotate: Command = {
         } was not rotated: its replacement could not be written to stdout (${
           writeFailure(error)
         }); nothing changed and key ${target.id} is still valid; run the command again with stdout to a terminal, a file or a live pipe`,
+        { code: "key_not_delivered" },
       );
     }
     let rotated: RotateResult;
@@ -119,12 +124,15 @@ export const rotate: Command = {
       rotated = error.result as RotateResult;
     }
     const { revoked, created } = rotated;
+    // The old key as the store holds it after the change, with the usage
+    // that only get() fills in (a rotation returns the bare record).
+    const replaced = json ? await readBack(store, revoked) : revoked;
     try {
       out.deliver(
         json
           ? jsonText({
             ...publicRecord(created),
-            replaces: publicRecord(revoked),
+            replaces: publicRecord(replaced),
           }).slice(1) + "\n"
           : "\n",
       );
@@ -135,6 +143,7 @@ export const rotate: Command = {
         }, but stdout closed before the new key was complete (${
           writeFailure(error)
         }); if whatever read stdout did not keep the new key, rotate key ${created.id} again`,
+        { code: "key_not_delivered" },
       );
     }
     if (interrupted !== null) throw interrupted;
@@ -194,6 +203,7 @@ async function rotateAfterWrite(
     if (!ended) {
       throw new CommandError(
         `The key written to stdout may or may not be stored, as the store did not say whether the rotation ended (${cause}); keep it until "keys show ${target.id}" answers: if key ${target.id} was replaced, the key written is its replacement, otherwise discard it and run the command again`,
+        { code: "change_uncertain" },
       );
     }
     throw new CommandError(
@@ -212,6 +222,7 @@ function overlapOption(
     if (untilFirstUse) {
       throw new UsageError(
         "--until-first-use needs --overlap DURATION, the longest the old key may keep working",
+        { code: "option_required" },
       );
     }
     return {};
@@ -220,4 +231,71 @@ function overlapOption(
     overlapUntil: overlapDeadline(values.overlap, options),
     untilFirstUse,
   };
+}
+
+/**
+ * `record` as the store holds it now, usage lists included; the record
+ * itself when the store cannot say, as the change is made either way.
+ */
+async function readBack(
+  store: KeyStore,
+  record: KeyRecord,
+): Promise<KeyRecord> {
+  try {
+    return (await store.get(record.id)) ?? record;
+  } catch {
+    return record;
+  }
+}
+
+/**
+ * Why a revoked key cannot be rotated, and what to run instead: rotate the
+ * key that carries its name now, or create the installation a new key.
+ */
+async function revokedRefusal(
+  store: KeyStore,
+  target: KeyRecord,
+): Promise<CommandError> {
+  const holder = await holderOfName(store, target);
+  const instead = holder === null
+    ? `create a new key for the installation with ${
+      advice(["create", "--name", target.name, "--email", target.email])
+    }`
+    : `key ${holder.id} has its name now: rotate that one with ${
+      advice(["rotate", String(holder.id)])
+    }`;
+  return new CommandError(
+    `Key ${
+      named(target)
+    } is revoked, and a revoked key cannot be rotated; ${instead}`,
+    { code: "rotate_revoked" },
+  );
+}
+
+/**
+ * Why a key in a rotation's overlap cannot be rotated again, and what to
+ * run instead: rotate the newest key of its line while that one is valid;
+ * when it is not, the old key can only be revoked, and the installation
+ * given a new key.
+ */
+async function retiringRefusal(
+  store: KeyStore,
+  target: KeyRecord,
+): Promise<CommandError> {
+  const newest = await newestOfLine(store, target);
+  const revokeNow = advice(["revoke", String(target.id)]);
+  const message = newest.valid
+    ? `Key ${
+      named(target)
+    } is already being replaced by key ${newest.record.id}; rotate key ${newest.record.id} instead with ${
+      advice(["rotate", String(newest.record.id)])
+    }, or stop key ${target.id} now with ${revokeNow}`
+    : `Key ${
+      named(target)
+    } is in a rotation's overlap until ${target.expiresAt}, and its replacement, key ${target.replacedBy}, ${
+      newest.record.id === target.id ? "is gone" : "is revoked"
+    }, so neither can be rotated; stop key ${target.id} now with ${revokeNow}, then create the installation's next key with ${
+      advice(["create", "--name", target.name, "--email", target.email])
+    }`;
+  return new CommandError(message, { code: "rotate_retiring" });
 }

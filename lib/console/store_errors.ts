@@ -6,6 +6,8 @@
  */
 
 import { escapeControlCharacters } from "../_control_characters.ts";
+import { RANGE_PROBLEMS } from "../config.ts";
+import { cidrProblem } from "../ip.ts";
 import {
   ImportAuditError,
   type ImportDefect,
@@ -78,9 +80,13 @@ function fieldProblem(error: InvalidFieldError): string {
     case "reason:too_long":
       return `Reason must be at most ${limit} characters; shorten it`;
     case "allowFrom:not_a_range":
-      return `Allow-from must list addresses or ranges such as 192.0.2.0/24,2001:db8::/48 with no host bits set, not ${
+      return `Allow-from must list addresses or ranges such as 192.0.2.0/24,2001:db8::/48, and ${
         escapeControlCharacters(JSON.stringify(error.value ?? ""))
-      }; fix the range or write "any" to allow every address`;
+      } is not one (${
+        RANGE_PROBLEMS[
+          cidrProblem((error.value ?? "").trim()) ?? "not_an_address"
+        ]
+      }); fix the range or write "any" to allow every address`;
     case "allowFrom:empty":
       return 'Allow-from must list at least one range; write "any" to allow every address';
     case "allowFrom:too_long":
@@ -106,10 +112,10 @@ function inputProblem(error: StoreInputError): string {
     } is already used by valid key ${error.id}; choose another name or revoke key ${error.id} first`;
   }
   if (error instanceof RotateRevokedError) {
-    return `Key ${error.id} is revoked; create a new key instead of rotating it`;
+    return `Key ${error.id} is revoked, and a revoked key cannot be rotated; see "keys show ${error.id}", and create the installation a new key with "keys create --name NAME --email EMAIL"`;
   }
   if (error instanceof RotateRetiringError) {
-    return `Key ${error.id} is already being replaced by key ${error.replacedBy}; rotate key ${error.replacedBy} instead, or revoke key ${error.id} now`;
+    return `Key ${error.id} is already being replaced by key ${error.replacedBy}; see "keys show ${error.replacedBy}" for the replacement, or stop key ${error.id} now with "keys revoke ${error.id}"`;
   }
   if (error instanceof KeyIdsExhaustedError) {
     return `Key ids have reached ${error.limit}, the highest there is; move the keys to a new store with "keys export" and an edited import`;

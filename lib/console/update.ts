@@ -10,7 +10,13 @@ import { normalizeAllowFrom } from "../store/usage_lists.ts";
 import { type Command, KEY_ARGUMENT, type OptionSpec } from "./command.ts";
 import { CommandError, UsageError } from "./errors.ts";
 import { report } from "./_output.ts";
-import { named, printRecord, resolve } from "./_records.ts";
+import {
+  advice,
+  holderOfName,
+  named,
+  printRecord,
+  resolve,
+} from "./_records.ts";
 import { describeStoreError } from "./store_errors.ts";
 
 /** The word that lifts a restriction. */
@@ -33,7 +39,9 @@ export function allowFromOption(text: string): string[] | null {
     return normalizeAllowFrom(text.split(",").filter((r) => r.trim() !== ""));
   } catch (error) {
     if (error instanceof InvalidFieldError) {
-      throw new UsageError(`--allow-from: ${describeStoreError(error)}`);
+      throw new UsageError(`--allow-from: ${describeStoreError(error)}`, {
+        code: error.code,
+      });
     }
     throw error;
   }
@@ -55,15 +63,32 @@ export const update: Command = {
     if (typeof raw !== "string" || raw.trim() === "") {
       throw new UsageError(
         '--allow-from is required: ranges such as 192.0.2.0/24, or "any"',
+        { code: "option_required" },
       );
     }
     const allowFrom = allowFromOption(raw);
     const target = await resolve(ctx.store, ctx.positionals[0]);
     if (target.status === "revoked") {
+      // Not rotate: a revoked key cannot be rotated either.
+      const holder = await holderOfName(ctx.store, target);
+      const instead = holder === null
+        ? `create the installation a new key with ${
+          advice([
+            "create",
+            "--name",
+            target.name,
+            "--email",
+            target.email,
+            "--allow-from",
+            raw,
+          ])
+        }`
+        : `key ${holder.id} has its name now: update that one with ${
+          advice(["update", String(holder.id), "--allow-from", raw])
+        }`;
       throw new CommandError(
-        `Key ${
-          named(target)
-        } is revoked and works from nowhere; rotate or create a key instead`,
+        `Key ${named(target)} is revoked and works from nowhere; ${instead}`,
+        { code: "key_revoked" },
       );
     }
     const { record, changed } = await ctx.store.setAllowFrom(
