@@ -8,6 +8,10 @@
  * @module
  */
 
+import { DEFAULT_KV_PATH, type StoreLocation } from "./store/location.ts";
+export { DEFAULT_KV_PATH, type StoreLocation };
+import { DEFAULT_LOCKOUT } from "./lockout.ts";
+export { DEFAULT_LOCKOUT };
 import { type Cidr, type CidrProblem, cidrProblem, parseCidr } from "./ip.ts";
 
 /** What is wrong with a range, in the words of a configuration message. */
@@ -19,11 +23,6 @@ export const RANGE_PROBLEMS: Record<CidrProblem, string> = {
   host_bits_set:
     "its host bits must be zero: write the network's first address, such as 10.0.0.0/8",
 };
-
-/** Where the key records live. */
-export type StoreLocation =
-  | { kind: "kv"; path: string }
-  | { kind: "postgres"; url: string };
 
 /** The server's configuration, fully parsed and validated. */
 export interface Config {
@@ -57,9 +56,6 @@ export class ConfigError extends Error {
 
 /** Reads one variable; returns undefined when unset. */
 export type EnvReader = (name: string) => string | undefined;
-
-/** The default location of the embedded store, relative to the working directory. */
-export const DEFAULT_KV_PATH = "./data/keys.db";
 
 /** Options of {@linkcode readStoreLocation} and {@linkcode readConfig}. */
 export interface ReadOptions {
@@ -189,20 +185,25 @@ export function readKeyMaxLifetime(env: EnvReader): number | null {
 /** The whole-number settings: each variable with its default and range, once. */
 const WHOLE_NUMBERS = {
   PORT: { default: 8000, min: 0, max: 65535 },
-  LOCKOUT_MAX_FAILURES: { default: 10, min: 1, max: 1_000_000_000 },
-  LOCKOUT_WINDOW_SECONDS: { default: 60, min: 1, max: 86_400 },
-  LOCKOUT_SECONDS: { default: 300, min: 1, max: 86_400 },
+  LOCKOUT_MAX_FAILURES: {
+    default: DEFAULT_LOCKOUT.maxFailures,
+    min: 1,
+    max: 1_000_000_000,
+  },
+  LOCKOUT_WINDOW_SECONDS: {
+    default: DEFAULT_LOCKOUT.windowSeconds,
+    min: 1,
+    max: 86_400,
+  },
+  LOCKOUT_SECONDS: {
+    default: DEFAULT_LOCKOUT.lockSeconds,
+    min: 1,
+    max: 86_400,
+  },
   HEADER_TIMEOUT_SECONDS: { default: 10, min: 1, max: 3_600 },
   IDLE_TIMEOUT_SECONDS: { default: 30, min: 1, max: 3_600 },
   MAX_CONNECTIONS: { default: 900, min: 1, max: 1_000_000 },
 } as const;
-
-/** The lock-out when nothing is set: what a handler built without a configuration uses. */
-export const DEFAULT_LOCKOUT: Config["lockout"] = {
-  maxFailures: WHOLE_NUMBERS.LOCKOUT_MAX_FAILURES.default,
-  windowSeconds: WHOLE_NUMBERS.LOCKOUT_WINDOW_SECONDS.default,
-  lockSeconds: WHOLE_NUMBERS.LOCKOUT_SECONDS.default,
-};
 
 /** The whole server configuration. */
 export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {

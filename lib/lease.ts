@@ -24,15 +24,14 @@
  * @module
  */
 
+import { LEASE_MS } from "./store/registrations.ts";
+export { LEASE_MS };
 import { Coalesced } from "./_coalesce.ts";
 import type {
   InstanceInfo,
   InstanceRegistry,
   KeyChanges,
 } from "./store/types.ts";
-
-/** How long a lease lasts unless set; a change waits at most this for a paused process. */
-export const LEASE_MS = 3000;
 
 /** How often the store is asked for changes when it cannot push them. */
 const POLL_MS = 100;

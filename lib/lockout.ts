@@ -55,6 +55,16 @@ export interface LockoutOptions {
   now?: () => number;
 }
 
+/**
+ * The lock-out when nothing is set (LOCKOUT_MAX_FAILURES,
+ * LOCKOUT_WINDOW_SECONDS and LOCKOUT_SECONDS in lib/config.ts default to it):
+ * what a handler built without a configuration uses.
+ */
+export const DEFAULT_LOCKOUT: Pick<
+  LockoutOptions,
+  "maxFailures" | "windowSeconds" | "lockSeconds"
+> = { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 };
+
 /** Which budget a lock was taken from: "global" locks an address at its first failure under a flood. */
 export type LockScope = "address" | "network" | "global";
 

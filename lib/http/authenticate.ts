@@ -20,11 +20,10 @@
  */
 
 import { lockoutKey } from "../client_address.ts";
-import { DEFAULT_LOCKOUT } from "../config.ts";
 import { type AuthFailure, KeyLookup } from "../key_lookup.ts";
 import type { LastUsedRecorder } from "../last_used.ts";
 import type { Lease } from "../lease.ts";
-import { type LockEvent, LockoutTracker } from "../lockout.ts";
+import { DEFAULT_LOCKOUT, type LockEvent, LockoutTracker } from "../lockout.ts";
 import { Retirements } from "../retirement.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
@@ -44,7 +43,7 @@ export type AuthDecision =
 
 /** Options of {@linkcode createAuthenticator}. */
 export interface AuthenticatorOptions {
-  /** Default: the configuration's defaults (DEFAULT_LOCKOUT in lib/config.ts). */
+  /** Default: the configuration's defaults (DEFAULT_LOCKOUT in lib/lockout.ts). */
   lockout?: LockoutTracker;
   /** Notes which keys are used; written off the request path. */
   lastUsed?: LastUsedRecorder;

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { LEASE_MS } from "../lease.ts";
+import { LEASE_MS } from "./registrations.ts";
 import { bounded } from "../_bounded.ts";
 import type { AcknowledgeReport, Lapsed } from "./change.ts";
 import type { KeyService } from "./keys.ts";

@@ -12,7 +12,7 @@
  */
 
 import { pathExists } from "../_exists.ts";
-import { DEFAULT_KV_PATH } from "../config.ts";
+import { DEFAULT_KV_PATH } from "./location.ts";
 import type { HashRead, StoreBackend } from "./backend.ts";
 import { withUsage } from "./backend.ts";
 import { QUIET_ACTIONS } from "./change.ts";

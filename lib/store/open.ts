@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { StoreLocation } from "../config.ts";
+import type { StoreLocation } from "./location.ts";
 import { StoreInputError } from "./errors.ts";
 import type { KeyService } from "./keys.ts";
 

@@ -9,6 +9,12 @@
 
 import type { InstanceRecord } from "./types.ts";
 
+/**
+ * How long a server's lease lasts unless set, and the longest any counts as
+ * (lib/lease.ts): a change waits at most this for a paused server.
+ */
+export const LEASE_MS = 3000;
+
 /** The longest host name a registration may carry (RFC 1035's 255). */
 const HOST_MAX = 255;
 
