@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
-import { exportTo, importFrom } from "../lib/backup.ts";
+import { exportTo, importFrom } from "../lib/console/backup/mod.ts";
 import { openKvStore } from "../lib/store/kv.ts";
 import { openPostgresStore } from "../lib/store/postgres/store.ts";
 import { newRecord } from "../lib/store/records.ts";

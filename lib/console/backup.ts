@@ -1,11 +1,11 @@
 /**
  * `keys export` and `keys import`: the console's side of backup and restore;
- * the file format and its checks are `lib/backup.ts`.
+ * the file format and its checks are in `lib/console/backup/`.
  *
  * @module
  */
 
-import { counted, exportTo, importFrom } from "../backup.ts";
+import { counted, exportTo, importFrom } from "./backup/mod.ts";
 import { type Command, FILE_ARGUMENT, STDIO } from "./command.ts";
 import { UsageError } from "./errors.ts";
 

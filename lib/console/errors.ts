@@ -7,7 +7,7 @@
  */
 
 import { ConfigError } from "../config.ts";
-import { BackupError, type BackupErrorCode } from "../backup.ts";
+import { BackupError, type BackupErrorCode } from "./backup/mod.ts";
 import { PermissionsMissingError } from "../permissions.ts";
 import { describeStoreError } from "./store_errors.ts";
 import {

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { exportTo } from "../../lib/backup.ts";
+import { exportTo } from "../../lib/console/backup/mod.ts";
 import type { KeyStore } from "../../lib/store/types.ts";
 
 const store = {

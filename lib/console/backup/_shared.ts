@@ -1,0 +1,125 @@
+/**
+ * What an export and an import share: the format's name and versions, the files' handling, progress and the summary.
+ *
+ * @module
+ */
+
+import { folderOf } from "../../permissions.ts";
+import { writeAll } from "../../_write_all.ts";
+import { BackupError } from "./errors.ts";
+
+export const EXPORT_FORMAT = "integration-service-keys";
+/** FILE as stdout for an export, stdin for an import. */
+export const STDOUT = "-";
+/**
+ * Version 2 added expiresAt, replacedBy and retires, and each key's
+ * allowFrom, networks and refusedUses; a version-1 file still imports, its
+ * keys without a lifetime, usable from anywhere, with nothing seen.
+ */
+export const EXPORT_VERSION = 2;
+/** The versions an import reads. */
+export const IMPORT_VERSIONS: readonly unknown[] = [1, EXPORT_VERSION];
+/** No line of an export comes near this; a longer one is not an export. */
+export const MAX_LINE_CHARS = 1024 * 1024;
+export const PROGRESS_EVERY_MS = 2000;
+
+/** What `export` and `import --json` print. */
+export interface BackupSummary {
+  file: string;
+  keys: number;
+  audit: number;
+  exportedAt: string | null;
+}
+
+export function counted(summary: { keys: number; audit: number }): string {
+  return `${summary.keys} key${
+    summary.keys === 1 ? "" : "s"
+  } and ${summary.audit} audit line${summary.audit === 1 ? "" : "s"}`;
+}
+
+/** A file operation refused or failed, reworded for the admin. */
+export function fileProblem(
+  error: unknown,
+  file: string,
+  verb: string,
+): unknown {
+  if (error instanceof Deno.errors.NotCapable) {
+    return new BackupError(
+      `This process may not touch ${
+        JSON.stringify(file)
+      }; run the command through deno task -q keys, which grants access to the FILE it names`,
+      { code: "file_refused" },
+    );
+  }
+  if (error instanceof Deno.errors.PermissionDenied) {
+    return new BackupError(
+      `${file} cannot be ${verb} by this user (${error.message}); check the owner and mode of the file and its folder`,
+      { code: "file_refused" },
+    );
+  }
+  return error;
+}
+
+/** Prints a line on stderr every few seconds while a long backup or restore runs. */
+export class Progress {
+  #verb: string;
+  #last = Date.now();
+
+  constructor(verb: string) {
+    this.#verb = verb;
+  }
+
+  tick(counts: { keys: number; audit: number }): void {
+    const now = Date.now();
+    if (now - this.#last < PROGRESS_EVERY_MS) return;
+    this.#last = now;
+    console.error(`${this.#verb} ${counted(counts)} so far…`);
+  }
+}
+
+/** Batches lines into few writes. */
+export class LineWriter {
+  #file: { write(bytes: Uint8Array): Promise<number> };
+  #chunks: string[] = [];
+  #size = 0;
+
+  constructor(file: { write(bytes: Uint8Array): Promise<number> }) {
+    this.#file = file;
+  }
+
+  async line(text: string): Promise<void> {
+    this.#chunks.push(text, "\n");
+    this.#size += text.length + 1;
+    if (this.#size >= 256 * 1024) await this.flush();
+  }
+
+  async flush(): Promise<void> {
+    const text = this.#chunks.join("");
+    this.#chunks = [];
+    this.#size = 0;
+    await writeAll(this.#file, new TextEncoder().encode(text));
+  }
+}
+
+/** The folder as the keys task grants it, so a backslash is part of a name. */
+export function splitPath(file: string): { folder: string; base: string } {
+  return {
+    folder: folderOf(file),
+    base: file.slice(file.lastIndexOf("/") + 1),
+  };
+}
+
+export async function removeQuietly(path: string): Promise<void> {
+  try {
+    await Deno.remove(path);
+  } catch {
+    // Already gone, or unremovable: the error that matters is the caller's.
+  }
+}
+
+export function alreadyThere(file: string): BackupError {
+  return new BackupError(
+    `${file} already exists, and an export never overwrites a file; choose a new name or remove it first`,
+    { code: "file_exists" },
+  );
+}

@@ -1,0 +1,240 @@
+/**
+ * Backup of a store as a file: `keys export`.
+ *
+ * An export is JSON lines: a header naming the format, one line per key
+ * record or audit line as `exportAll()` yields them, and an end line with the
+ * counts, so that an import can tell a complete file from one cut short.
+ *
+ * @module
+ */
+
+import type { KeyStore } from "../../store/types.ts";
+import { pathExists } from "../../_exists.ts";
+import { BackupError } from "./errors.ts";
+import {
+  alreadyThere,
+  BackupSummary,
+  EXPORT_FORMAT,
+  EXPORT_VERSION,
+  fileProblem,
+  LineWriter,
+  Progress,
+  removeQuietly,
+  splitPath,
+  STDOUT,
+} from "./_shared.ts";
+
+/** Exports begun afresh because keys changed meanwhile, before giving up. */
+const EXPORT_ATTEMPTS = 3;
+
+/**
+ * Writes the export to a hidden temporary file beside FILE and gives it its
+ * name only when complete and on disk, so that a crash never leaves half a
+ * backup under the name an admin will restore from.
+ *
+ * The store is read in two passes (keys, then audit) rather than as one
+ * snapshot; the store's revision, which every change moves (but not the
+ * server's last-used times), shows whether anything changed in between, and
+ * if so the export starts again.
+ */
+export async function exportTo(
+  store: KeyStore,
+  file: string,
+  options: { actor: string },
+): Promise<BackupSummary> {
+  if (file === STDOUT) return await exportToStdout(store, options);
+  const { folder, base } = splitPath(file);
+  if (base === "" || base === "." || base === "..") {
+    throw new BackupError(
+      `FILE must name a file, not ${
+        JSON.stringify(file)
+      }; use a path such as /var/backups/keys.jsonl`,
+      { usage: true, code: "file_not_found" },
+    );
+  }
+  for (let attempt = 1;; attempt++) {
+    const temp = `${folder}/.${base}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+    // The unfinished file holds hashes and e-mail addresses: Ctrl-C, a
+    // SIGTERM or a closed terminal must not leave it behind.
+    using _guard = removedOnSignal(temp);
+    const before = await store.revision();
+    const summary = await writeExport(store, {
+      file,
+      folder,
+      temp,
+      ...options,
+    });
+    if (await store.revision() === before) {
+      await publish(temp, file);
+      return summary;
+    }
+    await removeQuietly(temp);
+    if (attempt === EXPORT_ATTEMPTS) {
+      throw new BackupError(
+        `Keys changed during each of ${EXPORT_ATTEMPTS} attempts to export; export again when no one is changing keys`,
+        { code: "export_changed" },
+      );
+    }
+    console.error("Keys changed during the export; starting again");
+  }
+}
+
+/**
+ * The export on stdout, streamed: it cannot be begun again once written, so
+ * when keys change meanwhile it stops before the end line (which an import
+ * requires) and says so.
+ */
+async function exportToStdout(
+  store: KeyStore,
+  options: { actor: string },
+): Promise<BackupSummary> {
+  const before = await store.revision();
+  const writer = new LineWriter(Deno.stdout);
+  const summary = await writeLines(store, writer, {
+    file: "stdout",
+    actor: options.actor,
+  });
+  if (await store.revision() !== before) {
+    await writer.flush();
+    throw new BackupError(
+      "Keys changed during the export, so it stopped before its end line and an import will refuse what was written; export again when no one is changing keys",
+      { code: "export_changed" },
+    );
+  }
+  await writer.line(
+    JSON.stringify({ type: "end", keys: summary.keys, audit: summary.audit }),
+  );
+  await writer.flush();
+  return summary;
+}
+
+/** The header and every item, without the end line. */
+async function writeLines(
+  store: KeyStore,
+  writer: LineWriter,
+  target: { file: string; actor: string },
+): Promise<BackupSummary> {
+  const summary: BackupSummary = {
+    file: target.file,
+    keys: 0,
+    audit: 0,
+    exportedAt: new Date().toISOString(),
+  };
+  await writer.line(JSON.stringify({
+    format: EXPORT_FORMAT,
+    version: EXPORT_VERSION,
+    exportedAt: summary.exportedAt,
+    exportedBy: target.actor,
+  }));
+  const progress = new Progress("Exported");
+  for await (const item of store.exportAll()) {
+    await writer.line(JSON.stringify(item));
+    if (item.type === "key") summary.keys++;
+    else summary.audit++;
+    progress.tick(summary);
+  }
+  return summary;
+}
+
+async function writeExport(
+  store: KeyStore,
+  target: { file: string; folder: string; temp: string; actor: string },
+): Promise<BackupSummary> {
+  const { file, folder, temp } = target;
+  let handle: Deno.FsFile;
+  try {
+    if (await pathExists(file)) throw alreadyThere(file);
+    // 0600: the export names every integrator and holds every hash.
+    handle = await Deno.open(temp, {
+      createNew: true,
+      write: true,
+      mode: 0o600,
+    });
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) {
+      throw new BackupError(
+        `The folder ${folder} of FILE does not exist; create it or use a path such as /var/backups/keys.jsonl`,
+        { usage: true, code: "file_not_found" },
+      );
+    }
+    throw fileProblem(error, file, "written");
+  }
+  let summary: BackupSummary;
+  try {
+    const writer = new LineWriter(handle);
+    summary = await writeLines(store, writer, target);
+    await writer.line(
+      JSON.stringify({ type: "end", keys: summary.keys, audit: summary.audit }),
+    );
+    await writer.flush();
+    // The bytes reach the disk before the name does.
+    await handle.sync();
+  } catch (error) {
+    handle.close();
+    await removeQuietly(temp);
+    throw fileProblem(error, file, "written");
+  }
+  handle.close();
+  return summary;
+}
+
+/** Signals that end an export, with the exit code a shell gives them. */
+const INTERRUPTIONS: [Deno.Signal, number][] = [
+  ["SIGINT", 130],
+  ["SIGTERM", 143],
+  ["SIGHUP", 129],
+];
+
+/**
+ * Until disposed, an interrupting signal removes `path` and ends the
+ * process as the signal would have.
+ */
+function removedOnSignal(path: string): Disposable {
+  const listeners = INTERRUPTIONS.map(([signal, code]): [
+    Deno.Signal,
+    () => void,
+  ] => [signal, () => {
+    try {
+      Deno.removeSync(path);
+    } catch {
+      // Not created yet, or published and removed already.
+    }
+    console.error("Export interrupted; the unfinished file was removed");
+    Deno.exit(code);
+  }]);
+  for (const [signal, listener] of listeners) {
+    Deno.addSignalListener(signal, listener);
+  }
+  return {
+    [Symbol.dispose]() {
+      for (const [signal, listener] of listeners) {
+        Deno.removeSignalListener(signal, listener);
+      }
+    },
+  };
+}
+
+async function publish(temp: string, file: string): Promise<void> {
+  try {
+    // Unlike rename(), link() fails when the name is taken, even by a file
+    // created during the export: an export never overwrites anything.
+    await Deno.link(temp, file);
+  } catch (error) {
+    if (error instanceof Deno.errors.AlreadyExists) {
+      await removeQuietly(temp);
+      throw alreadyThere(file);
+    }
+    if (error instanceof Deno.errors.NotCapable) {
+      await removeQuietly(temp);
+      throw fileProblem(error, file, "written");
+    }
+    // A file system without hard links: check, then rename.
+    if (await pathExists(file)) {
+      await removeQuietly(temp);
+      throw alreadyThere(file);
+    }
+    await Deno.rename(temp, file);
+    return;
+  }
+  await removeQuietly(temp);
+}
