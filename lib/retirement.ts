@@ -10,6 +10,7 @@
  * @module
  */
 
+import type { BackgroundWrites } from "./_background.ts";
 import type { KeyRecord, KeyStore } from "./store/types.ts";
 
 /** Who the audit log says did what the server wrote on its own. */
@@ -21,14 +22,22 @@ export class Retirements {
   #pending = new Map<number, Promise<void>>();
   #lapsed = new Set<string>();
   #onError: (error: unknown) => void;
+  #background: BackgroundWrites | undefined;
 
-  /** `onError` hears of a lapsed key's record that could not be written. */
+  /**
+   * `onError` hears of a lapsed key's record that could not be written;
+   * `background` counts those writes, so that a stop can wait for them.
+   */
   constructor(
     store: KeyStore,
-    options: { onError?: (error: unknown) => void } = {},
+    options: {
+      onError?: (error: unknown) => void;
+      background?: BackgroundWrites;
+    } = {},
   ) {
     this.#store = store;
     this.#onError = options.onError ?? (() => {});
+    this.#background = options.background;
   }
 
   /**
@@ -58,7 +67,9 @@ export class Retirements {
     // By hash: an import may hand an id to another key, never a hash.
     if (this.#lapsed.has(record.hash)) return;
     this.#lapsed.add(record.hash);
-    this.#store.retire(record.id, { actor: SERVER_ACTOR, cause: "deadline" })
-      .catch(this.#onError);
+    const write = this.#store
+      .retire(record.id, { actor: SERVER_ACTOR, cause: "deadline" })
+      .then(() => {}, this.#onError);
+    this.#background?.track(write);
   }
 }

@@ -28,6 +28,7 @@ import { type LockEvent, LockoutTracker } from "../lockout.ts";
 import { Retirements } from "../retirement.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
+import type { BackgroundWrites } from "../_background.ts";
 import { countOutcome } from "../telemetry.ts";
 import { allowedFrom, type UsageRecorder } from "../usage.ts";
 import {
@@ -54,6 +55,8 @@ export interface AuthenticatorOptions {
   log?: (fields: Record<string, unknown>) => void;
   /** This process's lease, under which keys are looked up from memory. */
   lease?: Lease;
+  /** Counts the writes made off the request path, for a stop to wait for. */
+  background?: BackgroundWrites;
 }
 
 /** The step, bound to one store. */
@@ -83,8 +86,9 @@ export function createAuthenticator(
   const lockout = options.lockout ?? new LockoutTracker(DEFAULT_LOCKOUT);
   const lookup = new KeyLookup(store, { lease: options.lease });
   lookup.warm().catch(() => {});
-  const { lastUsed, usage, log } = options;
+  const { lastUsed, usage, log, background } = options;
   const retirements = new Retirements(store, {
+    background,
     onError: (error) =>
       log?.({
         msg: "error",
@@ -166,12 +170,13 @@ export function createAuthenticator(
       }
       countOutcome("url_exposed", route);
       noteLock(lockout.fail(counted), client);
-      noteExposure(candidates, client).catch((error) => {
+      const write = noteExposure(candidates, client).catch((error) => {
         log?.({
           msg: "error",
           error: error instanceof Error ? error.name : typeof error,
         });
       });
+      background?.track(write);
       return keyInUrl();
     },
   };
