@@ -67,12 +67,24 @@ export class KeyLookup {
   /** Reads under way, by hash, with the drop count when each began. */
   #pending = new Map<string, { drops: number; read: Promise<Cached | null> }>();
 
-  /** `maxEntries` bounds the cache of records; `lease` is this process's, if it has one. */
+  /** The clock deadlines are checked against, in milliseconds. */
+  #now: () => number;
+
+  /**
+   * `maxEntries` bounds the cache of records; `lease` is this process's, if
+   * it has one; `now` is the clock (Date.now unless set; tests pin it).
+   */
   constructor(
     store: KeyStore,
-    options: { maxEntries?: number; index?: KeyIndex; lease?: Lease } = {},
+    options: {
+      maxEntries?: number;
+      index?: KeyIndex;
+      lease?: Lease;
+      now?: () => number;
+    } = {},
   ) {
     this.#store = store;
+    this.#now = options.now ?? Date.now;
     this.#maxEntries = options.maxEntries ?? 100_000;
     this.#index = options.index ?? new KeyIndex(store);
     this.#lease = options.lease ?? new Lease(store);
@@ -110,7 +122,9 @@ export class KeyLookup {
     if (record.status !== "valid") return { ok: false, reason: "revoked" };
     // The deadline is checked now, on every request, so no job has to run
     // for a key to stop working on time.
-    if (Date.now() >= expires) return { ok: false, reason: "expired", record };
+    if (this.#now() >= expires) {
+      return { ok: false, reason: "expired", record };
+    }
     return { ok: true, record };
   }
 

@@ -57,6 +57,8 @@ export interface AuthenticatorOptions {
   lease?: Lease;
   /** Counts the writes made off the request path, for a stop to wait for. */
   background?: BackgroundWrites;
+  /** The clock, in milliseconds: Date.now unless set; tests pin it. */
+  now?: () => number;
 }
 
 /** The step, bound to one store. */
@@ -84,7 +86,8 @@ export function createAuthenticator(
   options: AuthenticatorOptions = {},
 ): Authenticator {
   const lockout = options.lockout ?? new LockoutTracker(DEFAULT_LOCKOUT);
-  const lookup = new KeyLookup(store, { lease: options.lease });
+  const now = options.now ?? Date.now;
+  const lookup = new KeyLookup(store, { lease: options.lease, now });
   lookup.warm().catch(() => {});
   const { lastUsed, usage, log, background } = options;
   const retirements = new Retirements(store, {
@@ -121,7 +124,7 @@ export function createAuthenticator(
       // Refused before a first use can retire anything: a key used from
       // outside its ranges has not been used.
       if (record !== null && !allowedFrom(record, client)) {
-        usage?.refused(record.id, client, Date.now());
+        usage?.refused(record.id, client, now());
         log?.({ msg: "key_refused_from_address", apiKeyId: record.id, client });
         failed = "address";
       }
@@ -157,9 +160,9 @@ export function createAuthenticator(
       }
       lockout.succeeded(counted);
       countOutcome("ok", route);
-      const now = Date.now();
-      lastUsed?.used(record.id, now);
-      usage?.used(record.id, counted, now);
+      const at = now();
+      lastUsed?.used(record.id, at);
+      usage?.used(record.id, counted, at);
       return { ok: true, key: record };
     },
 
