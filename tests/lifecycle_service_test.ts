@@ -13,6 +13,7 @@ import {
   tempDir,
 } from "./support/processes.ts";
 import { freshDatabase, NO_DATABASE } from "./support/postgres.ts";
+import { until } from "./support/wait.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 const ROOT = new URL("../", import.meta.url).pathname;
@@ -108,13 +109,14 @@ Deno.test("a key rotated with --overlap works until its deadline and is refused 
     }
     if (acceptedBefore === 0) return TOO_SLOW;
     assert.equal((await call(server.url, old.key)).status, 401);
-    // The server writes the revocation down off the request path.
+    // The server writes the revocation down off the request path: waited
+    // for until the audit shows it.
     let audit = "";
-    for (let i = 0; i < 40 && !audit.includes("overlap ended"); i++) {
+    await until(async () => {
       audit =
         (await keys(dir.path, ["audit", String(old.id), "--json"])).stdout;
-      await sleep(50);
-    }
+      return audit.includes("overlap ended");
+    }, "the server to write the overlap's end down");
     assert.match(audit, /rotation overlap ended: replaced by key 2/, audit);
     assert.match(audit, /the old key works until/);
     const list = await keys(dir.path, ["list", "--all", "--json"]);
