@@ -268,11 +268,14 @@ Deno.test("check exits 2 when the server stays silent past the timeout", async (
     // The 0.3 s was what it waited, not the default: counted from the
     // request's arrival (a process start is as slow as the machine), it
     // gave up well before the default timeout would have ended the wait.
-    assert.ok(asked > 0, "the check never asked");
-    assert.ok(
-      exited - asked < DEFAULT_TIMEOUT_SECONDS * 1000,
-      `gave up ${Math.round(exited - asked)} ms after asking`,
-    );
+    // On a busy machine the 0.3 s may even run out before the request
+    // reaches this process, which waited for nothing either.
+    if (asked > 0) {
+      assert.ok(
+        exited - asked < DEFAULT_TIMEOUT_SECONDS * 1000,
+        `gave up ${Math.round(exited - asked)} ms after asking`,
+      );
+    }
   } finally {
     release();
   }
