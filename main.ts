@@ -5,6 +5,7 @@
  * @module
  */
 
+import { BackgroundWrites } from "./lib/_background.ts";
 import {
   ConfigError,
   envFileNames,
@@ -63,7 +64,9 @@ export async function serve(): Promise<void> {
   const usage = new UsageRecorder(store, {
     log: (fields) => log.write(fields),
   });
+  const background = new BackgroundWrites();
   const handler = createHandler(store, {
+    background,
     lastUsed,
     usage,
     lockout: new LockoutTracker(config.lockout),
@@ -114,6 +117,10 @@ export async function serve(): Promise<void> {
   // Stops answering from memory, then deregisters: no change waits for a
   // server that is gone.
   await lease.stop();
+  // A key marked exposed or found expired by the last requests is written
+  // down before the store closes (each write is bounded by the store's own
+  // time limits, and the whole stop by the 20 s above).
+  await background.settled();
   await lastUsed.close();
   await usage.close();
   await store.close();

@@ -7,6 +7,7 @@
  * @module
  */
 
+import type { BackgroundWrites } from "./_background.ts";
 import { createAuthenticator } from "./http/authenticate.ts";
 import { createRouter, type Handler } from "./http/router.ts";
 import type { Cidr } from "./ip.ts";
@@ -44,6 +45,8 @@ export interface HandlerOptions {
    * waits for a store read, shared with those arriving at the same time.
    */
   lease?: Lease;
+  /** Counts the writes made off the request path, for a stop to wait for. */
+  background?: BackgroundWrites;
 }
 
 /** Builds the service's handler over a store. */
@@ -57,6 +60,7 @@ export function createHandler(
     usage: options.usage,
     log: options.log,
     lease: options.lease,
+    background: options.background,
   });
   return createRouter(routeTable({ store, now: options.now }), {
     authenticator,

@@ -73,12 +73,24 @@ export class KeyLookup {
   /** The wait for the newest revision a read has asked to be settled. */
   #settling: { revision: bigint; done: Promise<void> } | null = null;
 
-  /** `maxEntries` bounds the cache of records; `lease` is this process's, if it has one. */
+  /** The clock deadlines are checked against, in milliseconds. */
+  #now: () => number;
+
+  /**
+   * `maxEntries` bounds the cache of records; `lease` is this process's, if
+   * it has one; `now` is the clock (Date.now unless set; tests pin it).
+   */
   constructor(
     store: KeyStore,
-    options: { maxEntries?: number; index?: KeyIndex; lease?: Lease } = {},
+    options: {
+      maxEntries?: number;
+      index?: KeyIndex;
+      lease?: Lease;
+      now?: () => number;
+    } = {},
   ) {
     this.#store = store;
+    this.#now = options.now ?? Date.now;
     this.#maxEntries = options.maxEntries ?? 100_000;
     this.#index = options.index ?? new KeyIndex(store);
     this.#lease = options.lease ?? new Lease(store);
@@ -116,7 +128,7 @@ export class KeyLookup {
     if (record.status !== "valid") return { ok: false, reason: "revoked" };
     // The deadline is checked now, on every request, so no job has to run
     // for a key to stop working on time.
-    if (hasExpired(expires, Date.now())) {
+    if (hasExpired(expires, this.#now())) {
       return { ok: false, reason: "expired", record };
     }
     return { ok: true, record };

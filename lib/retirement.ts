@@ -10,6 +10,7 @@
  * @module
  */
 
+import type { BackgroundWrites } from "./_background.ts";
 import { Shared } from "./_coalesce.ts";
 import { retireExpired } from "./store/expiry.ts";
 import type { KeyRecord, KeyStore } from "./store/types.ts";
@@ -24,14 +25,22 @@ export class Retirements {
   #retiring = new Shared<number, void>();
   #lapsed = new Set<string>();
   #onError: (error: unknown) => void;
+  #background: BackgroundWrites | undefined;
 
-  /** `onError` hears of a lapsed key's record that could not be written. */
+  /**
+   * `onError` hears of a lapsed key's record that could not be written;
+   * `background` counts those writes, so that a stop can wait for them.
+   */
   constructor(
     store: KeyStore,
-    options: { onError?: (error: unknown) => void } = {},
+    options: {
+      onError?: (error: unknown) => void;
+      background?: BackgroundWrites;
+    } = {},
   ) {
     this.#store = store;
     this.#onError = options.onError ?? (() => {});
+    this.#background = options.background;
   }
 
   /**
@@ -60,7 +69,8 @@ export class Retirements {
     // By hash: an import may hand an id to another key, never a hash.
     if (this.#lapsed.has(record.hash)) return;
     this.#lapsed.add(record.hash);
-    retireExpired(this.#store, record.id, { actor: SERVER_ACTOR })
-      .catch(this.#onError);
+    const write = retireExpired(this.#store, record.id, { actor: SERVER_ACTOR })
+      .then(() => {}, this.#onError);
+    this.#background?.track(write);
   }
 }

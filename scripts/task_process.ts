@@ -191,6 +191,12 @@ export interface ServerProcess extends AsyncDisposable {
    * last {@linkcode TAIL_CHARS} characters (where its last log line is).
    */
   output(): string;
+  /**
+   * Resolves with the first match of `pattern` in the output, as soon as it
+   * is printed: a test waits for the line that says something happened
+   * rather than sleeping. Rejects if the server exits first.
+   */
+  waitForOutput(pattern: RegExp): Promise<RegExpMatchArray>;
   /** Sends a signal and waits for the exit code. */
   stop(signal?: Deno.Signal): Promise<number>;
 }
@@ -229,25 +235,53 @@ export async function startServer(
   let text = "";
   let tail = "";
   let port = 0;
+  /** Called after every chunk of output, and once the output has ended. */
+  const listeners = new Set<() => void>();
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
       if (keep || port === 0) text += chunk;
       else tail = (tail + chunk).slice(-TAIL_CHARS);
+      for (const listener of listeners) listener();
     }
   };
-  const done = Promise.all([collect(child.stdout), collect(child.stderr)]);
-  const deadline = Date.now() + 15_000;
-  while (port === 0) {
-    const match = text.match(
-      /"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/,
-    );
-    if (match) port = Number(match[1]);
-    else if (Date.now() > deadline) {
+  let ended = false;
+  const done = Promise.all([collect(child.stdout), collect(child.stderr)])
+    .finally(() => {
+      ended = true;
+      for (const listener of listeners) listener();
+    });
+  const waitForOutput = (pattern: RegExp) =>
+    new Promise<RegExpMatchArray>((resolve, reject) => {
+      const look = () => {
+        const match = (text + tail).match(pattern);
+        if (match || ended) listeners.delete(look);
+        if (match) resolve(match);
+        else if (ended) {
+          reject(new Error(`the server exited without printing ${pattern}`));
+        }
+      };
+      listeners.add(look);
+      look();
+    });
+  // The listening line, or the exit that says why there is none. A start
+  // has no step that waits long (the store's connection gives up after 3 s),
+  // so the bound only ends a start that hangs, whatever the machine's speed.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const listening = await Promise.race([
+    waitForOutput(/"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/)
+      .catch(() => null),
+    new Promise<null>((resolve) => timer = setTimeout(resolve, 120_000, null)),
+  ]).finally(() => clearTimeout(timer));
+  if (listening === null) {
+    try {
       child.kill();
-      await done;
-      throw new Error(`the server did not start:\n${text}`);
-    } else await new Promise((r) => setTimeout(r, 20));
+    } catch {
+      // already gone
+    }
+    await done;
+    throw new Error(`the server did not start:\n${text}`);
   }
+  port = Number(listening[1]);
   let exit: Promise<number> | undefined;
   const stop = (signal: Deno.Signal = "SIGTERM") => {
     if (exit === undefined) {
@@ -265,6 +299,7 @@ export async function startServer(
     port,
     process: child,
     output: () => text + tail,
+    waitForOutput,
     stop,
     async [Symbol.asyncDispose]() {
       await stop();

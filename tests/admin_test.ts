@@ -397,54 +397,103 @@ async function seed(
   assert.equal(result.code, 0, result.stderr);
 }
 
-function isoAgo(ms: number): string {
-  return new Date(Date.now() - ms).toISOString();
-}
-
 /**
- * Records aged relative to now, made afresh for each test: made once when
- * the module loads, "5 minutes ago" became "6" on a loaded machine before
- * the last test ran. Each age sits mid-unit, 30 s or more from a change.
+ * Three records whose times lie the given spans before `now`, one of each
+ * state. Made when a test seeds them, not when the module loads: on a busy
+ * machine a test may start a minute or more after that.
  */
-function aged(): Record<string, unknown>[] {
+function aged(now = Date.now()): Record<string, unknown>[] {
+  const ago = (ms: number) => new Date(now - ms).toISOString();
   return [
     keyRecord(1, {
-      createdAt: isoAgo(3 * DAY + HOUR),
-      lastUsedAt: isoAgo(2 * HOUR + MINUTE),
+      createdAt: ago(3 * DAY + HOUR),
+      lastUsedAt: ago(2 * HOUR + MINUTE),
     }),
     keyRecord(2, {
-      createdAt: isoAgo(40 * DAY),
-      exposedAt: isoAgo(5 * MINUTE + 30_000),
+      createdAt: ago(40 * DAY),
+      exposedAt: ago(5 * MINUTE + 10_000),
       exposedFrom: "203.0.113.9",
     }),
     keyRecord(3, {
       status: "revoked",
-      createdAt: isoAgo(400 * DAY),
-      revokedAt: isoAgo(DAY + HOUR),
+      createdAt: ago(400 * DAY),
+      revokedAt: ago(DAY + HOUR),
       revokedReason: "person left",
     }),
   ];
 }
 
+/** A console run with the window in which it read its clock. */
+interface Clocked extends RunResult {
+  /** Date.now() before the process started and after it exited. */
+  from: number;
+  to: number;
+}
+
+/** `keys ARGS`, bracketed by the times between which it took its "now". */
+async function clocked(
+  cwd: string,
+  run: (cwd: string) => Promise<RunResult>,
+): Promise<Clocked> {
+  const from = Date.now();
+  const result = await run(cwd);
+  return { ...result, from, to: Date.now() };
+}
+
+/**
+ * Every phrase relativeTime() gives for `iso` at some moment of a run: the
+ * console reads its clock once (lib/console/_context.ts), at a moment this
+ * process cannot see, so on a slow machine "5 minutes ago" may rightly be
+ * "6 minutes ago". As a regular expression alternative; anything else (a
+ * wrong unit, a wrong count for that window) still fails.
+ */
+function agoIn(run: { from: number; to: number }, iso: unknown): string {
+  const phrases = new Set<string>();
+  // The phrase changes at most once a minute below an hour: a step of a
+  // second finds every one the window holds.
+  for (let now = run.from; now < run.to + 1000; now += 1000) {
+    phrases.add(relativeTime(String(iso), { now: Math.min(now, run.to) }));
+  }
+  return `(?:${
+    [...phrases].map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|")
+  })`;
+}
+
 Deno.test("list shows times relative to now, LAST USED as never when unused, and --json keeps exact times", async () => {
   using dir = tempDir();
-  const AGED = aged();
-  await seed(dir.path, AGED);
-  const list = await keys(dir.path, ["list", "--all"]);
+  const records = aged();
+  await seed(dir.path, records);
+  const list = await clocked(dir.path, (cwd) => keys(cwd, ["list", "--all"]));
   assert.equal(list.code, 0, list.stderr);
+  const ago = (iso: unknown) => agoIn(list, iso);
   const rows = list.stdout.trim().split("\n");
   assert.match(
     rows[0],
     /\bCREATED\s+LAST USED\s+HINT\s+EXPIRES\s+EXPOSED IN A URL\s+REVOKED\b/,
   );
-  assert.match(rows[1], /^1\s+site-1\s.*valid\s+3 days ago\s+2 hours ago\s/);
+  assert.match(
+    rows[1],
+    new RegExp(
+      `^1\\s+site-1\\s.*valid\\s+${ago(records[0].createdAt)}\\s+${
+        ago(records[0].lastUsedAt)
+      }\\s`,
+    ),
+  );
   assert.match(
     rows[2],
-    /^2\s+site-2\s.*1 month ago\s+never\s+isk_…abcd\s+5 minutes ago from 203\.0\.113\.9$/,
+    new RegExp(
+      `^2\\s+site-2\\s.*${ago(records[1].createdAt)}\\s+never\\s+isk_…abcd\\s+${
+        ago(records[1].exposedAt)
+      } from 203\\.0\\.113\\.9$`,
+    ),
   );
   assert.match(
     rows[3],
-    /^3\s+site-3\s.*revoked\s+1 year ago\s+never\s.*1 day ago\s+person left$/,
+    new RegExp(
+      `^3\\s+site-3\\s.*revoked\\s+${ago(records[2].createdAt)}\\s+never\\s.*${
+        ago(records[2].revokedAt)
+      }\\s+person left$`,
+    ),
   );
   assert.match(list.stderr, /Sent in a URL.*: 2; rotate each/);
   const json = JSON.parse(
@@ -454,23 +503,42 @@ Deno.test("list shows times relative to now, LAST USED as never when unused, and
     json.map((
       r: Record<string, unknown>,
     ) => [r.createdAt, r.lastUsedAt, r.exposedAt]),
-    AGED.map((r) => [r.createdAt, r.lastUsedAt, r.exposedAt]),
+    records.map((r) => [r.createdAt, r.lastUsedAt, r.exposedAt]),
   );
+});
+
+Deno.test("relative times in list and show are read against the console's own clock, whenever it runs", () => {
+  // What agoIn() allows: the phrases of the window, and only those.
+  const at = Date.parse("2026-11-21T12:00:00.000Z");
+  const iso = new Date(at - 5 * MINUTE - 10_000).toISOString();
+  const quick = { from: at, to: at + 2000 };
+  const slow = { from: at, to: at + 75_000 };
+  assert.equal(agoIn(quick, iso), "(?:5 minutes ago)");
+  assert.equal(agoIn(slow, iso), "(?:5 minutes ago|6 minutes ago)");
+  assert.doesNotMatch("6 minutes ago", new RegExp(`^${agoIn(quick, iso)}$`));
 });
 
 Deno.test("show prints each time exactly and relative to now", async () => {
   using dir = tempDir();
-  const AGED = aged();
-  await seed(dir.path, AGED);
-  const show = await keys(dir.path, ["show", "site-1"]);
+  const records = aged();
+  await seed(dir.path, records);
+  const show = await clocked(dir.path, (cwd) => keys(cwd, ["show", "site-1"]));
   assert.equal(show.code, 0, show.stderr);
   assert.match(
     show.stdout,
-    new RegExp(`\\ncreatedAt\\s+${AGED[0].createdAt} \\(3 days ago\\)\\n`),
+    new RegExp(
+      `\\ncreatedAt\\s+${records[0].createdAt} \\(${
+        agoIn(show, records[0].createdAt)
+      }\\)\\n`,
+    ),
   );
   assert.match(
     show.stdout,
-    new RegExp(`\\nlastUsedAt\\s+${AGED[0].lastUsedAt} \\(2 hours ago\\)\\n`),
+    new RegExp(
+      `\\nlastUsedAt\\s+${records[0].lastUsedAt} \\(${
+        agoIn(show, records[0].lastUsedAt)
+      }\\)\\n`,
+    ),
   );
   const unused = await keys(dir.path, ["show", "2"]);
   assert.match(unused.stdout, /\nlastUsedAt\s+never\n/);
@@ -574,16 +642,22 @@ Deno.test({
   ignore: !SCRIPT,
   async fn() {
     using dir = tempDir();
-    await seed(dir.path, aged());
-    const wide = await atTerminal(dir.path, ["list", "--all"], {
-      columns: 220,
-    });
+    const records = aged();
+    await seed(dir.path, records);
+    const wide = await clocked(
+      dir.path,
+      (cwd) => atTerminal(cwd, ["list", "--all"], { columns: 220 }),
+    );
     assert.equal(wide.code, 0, wide.stdout);
     assert.ok(wide.stdout.includes("\x1b[31mrevoked\x1b[39m"), wide.stdout);
     assert.ok(wide.stdout.includes("\x1b[2msite-3\x1b[22m"), wide.stdout);
-    assert.ok(
-      wide.stdout.includes("\x1b[33m5 minutes ago from 203.0.113.9\x1b[39m"),
+    assert.match(
       wide.stdout,
+      new RegExp(
+        `\\x1b\\[33m${
+          agoIn(wide, records[1].exposedAt)
+        } from 203\\.0\\.113\\.9\\x1b\\[39m`,
+      ),
     );
     assert.ok(!wide.stdout.includes("Left out"));
 

@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { createKey, keys, startServer, tempDir } from "./support/processes.ts";
+import { until } from "./support/wait.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
@@ -39,13 +40,26 @@ Deno.test("a key revoked by the console while 32 clients hammer it is refused by
     (_, i) => client(i % 8 === 0 ? "bystander" : "target"),
   );
 
-  await new Promise((r) => setTimeout(r, 300)); // load, and a warm cache
-  const revoke = await keys(dir.path, ["revoke", String(target.id)]);
-  const revokedAt = performance.now(); // at or after the moment it returned
-  assert.equal(revoke.code, 0, revoke.stderr);
-  await new Promise((r) => setTimeout(r, 500));
-  running = false;
-  await Promise.all(clients);
+  let revokedAt = Infinity;
+  try {
+    // Load, and a warm cache: waited for, not slept for.
+    await until(
+      () => samples.filter((s) => s.status === 200).length >= 100,
+      "100 answers before the revoke",
+    );
+    const revoke = await keys(dir.path, ["revoke", String(target.id)]);
+    revokedAt = performance.now(); // at or after the moment it returned
+    assert.equal(revoke.code, 0, revoke.stderr);
+    await until(
+      () =>
+        samples.filter((s) => s.key === "target" && s.sentAt > revokedAt)
+          .length > 50,
+      "50 requests for the key after the revoke",
+    );
+  } finally {
+    running = false;
+    await Promise.all(clients);
+  }
 
   const before = samples.filter((s) =>
     s.key === "target" && s.sentAt < revokedAt

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { generateApiKey } from "../lib/api_key.ts";
+import { BackgroundWrites } from "../lib/_background.ts";
 import { createHandler } from "../lib/handler.ts";
 import { CONNECTION_PATH } from "../lib/routes/connection.ts";
 import { openKvStore } from "../lib/store/kv.ts";
@@ -71,7 +72,10 @@ Deno.test("serverUtc is the current time in ISO 8601 UTC with milliseconds", asy
     );
     const { serverUtc } = await response.json();
     assert.match(serverUtc, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
-    assert.ok(Math.abs(Date.parse(serverUtc) - before) < 5_000);
+    // Between the moments before the request and after its answer, with
+    // the server's millisecond rounding: however long that took.
+    const at = Date.parse(serverUtc);
+    assert.ok(before <= at && at <= Date.now(), serverUtc);
   } finally {
     await store.close();
   }
@@ -162,4 +166,44 @@ Deno.test("readiness fails with 503 when the store cannot be read, while livenes
     status: "unavailable",
   }]);
   assert.deepEqual(await probe("/api/v1/health/live"), [200, { status: "ok" }]);
+});
+
+Deno.test("the writes a request starts off the request path are counted until they end, so a stop can wait for them", async () => {
+  const store = await openKvStore(":memory:");
+  try {
+    const leaked = await storeKey(store, "leaky");
+    // The store's write held open until the test lets it go, as a slow
+    // machine or a slow database would.
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => release = resolve);
+    const slow = new Proxy(store, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target);
+        if (property !== "markExposed") return value.bind?.(target) ?? value;
+        return async (...args: Parameters<typeof store.markExposed>) => {
+          await gate;
+          return await target.markExposed(...args);
+        };
+      },
+    });
+    const background = new BackgroundWrites();
+    const handler = createHandler(slow, { background });
+    const request = new Request(
+      `http://localhost${CONNECTION_PATH}?api_key=${leaked.key}`,
+    );
+    const response = await handler(request, INFO);
+    await response.body?.cancel();
+    assert.equal(response.status, 400);
+    let settled = false;
+    const stopping = background.settled().then(() => settled = true);
+    // Every turn of the event loop has run: only the gate holds it.
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    assert.equal(settled, false, "settled before the exposure was written");
+    assert.equal(background.size, 1);
+    release();
+    await stopping;
+    assert.notEqual((await store.get(leaked.record.id))?.exposedAt, null);
+  } finally {
+    store.close();
+  }
 });

@@ -16,6 +16,7 @@ import {
   tempDir,
 } from "./support/processes.ts";
 import { ROUTES } from "./support/route_table.ts";
+import { GIVE_UP_MS } from "./support/wait.ts";
 
 /** Why the test cannot run here, or null when curl and openssl can do it. */
 async function missingTools(): Promise<string | null> {
@@ -139,7 +140,9 @@ async function afterHeadOnOneConnection(
         `GET ${LIVE_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
     ),
   );
-  const timer = setTimeout(() => conn.close(), 5_000);
+  // The server closes after the second answer (Connection: close); the
+  // timer only ends a wait for one that never does.
+  const timer = setTimeout(() => conn.close(), GIVE_UP_MS);
   let text = "";
   try {
     const buffer = new Uint8Array(16_384);

@@ -43,6 +43,16 @@ const SERVER_ENV = {
 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * How long past a lease a change that waited it out may return, counted
+ * from its commit: what lib/store/acknowledged.ts adds by design (50 ms of
+ * margin between clocks, at most 250 ms to remove the lapsed registration,
+ * one 50 ms step of its loop), and 650 ms for the console to close the
+ * store and exit. Under six busy loops on two cores, 163 to 344 ms were
+ * seen.
+ */
+const PAST_THE_LEASE_MS = 1000;
 const round = (ms: number) => Math.round(ms);
 
 /** Where the servers and the console keep keys, for one test. */
@@ -464,7 +474,10 @@ async function underLoad(
       );
     }
   }
-  // Promptly, with every instance alive: never a lapse, far within a lease.
+  // Promptly, with every instance alive: never a lapse, so within a lease
+  // of the commit (a change that waits a lease out says "did not confirm").
+  // How far within depends on how soon a loaded machine runs each server's
+  // poll, which the code does not promise; the measures are printed above.
   for (const [i, change] of changes.entries()) {
     assert.doesNotMatch(
       change.result.stderr,
@@ -473,7 +486,7 @@ async function underLoad(
     );
     const ms = committed[i];
     assert.ok(
-      ms < 2000,
+      ms < LEASE_MS,
       `the ${change.what} of ${change.slot.name} returned ${
         round(ms)
       } ms after its commit`,
@@ -564,6 +577,9 @@ for (const { label, postgres } of STORES) {
         assert.equal(first.status, 401, "the resumed instance's first answer");
         assert.equal(afterwards.status, 200, "the resumed instance recovers");
         // It waited out the frozen instance's lease, and not much longer.
+        // Measured from the commit, not from the console's start, which a
+        // loaded machine makes as slow as it likes (5.5 s was seen) and which
+        // no lease decides.
         assert.ok(
           waited >= LEASE_MS,
           `the revoke returned ${
@@ -571,7 +587,7 @@ for (const { label, postgres } of STORES) {
           } ms after its commit, within the lease of an instance that never confirmed`,
         );
         assert.ok(
-          waited < LEASE_MS + 1000 && took < LEASE_MS + 2000,
+          waited < LEASE_MS + PAST_THE_LEASE_MS,
           `the revoke took ${round(took)} ms, ${
             round(waited)
           } ms from its commit`,
@@ -642,7 +658,9 @@ async function recovered(
   key: string,
   since: number,
 ): Promise<number> {
-  const deadline = performance.now() + 20_000;
+  // Only ends a server that never recovers: the pool retries at least
+  // every 0.5 s and a read gives up after 2 s (lib/store/postgres/).
+  const deadline = performance.now() + 60_000;
   for (const [i, server] of servers.entries()) {
     for (;;) {
       const { status } = await call(server.url, key);
@@ -650,12 +668,46 @@ async function recovered(
       assert.equal(status, 503, `instance ${i} while the database came back`);
       assert.ok(
         performance.now() < deadline,
-        `instance ${i} still ${status} 20 s after the database came back`,
+        `instance ${i} still ${status} 60 s after the database came back`,
       );
       await sleep(50);
     }
   }
   return performance.now() - since;
+}
+
+/**
+ * The moment after which no instance may answer from memory: every lease
+ * rests on a read sent before the database went down at `downAt`, so it
+ * ends within LEASE_MS of that, on the one monotonic clock all processes
+ * share. A request sent after this moment is decided later still, so
+ * nothing but the lease's own length is added, whatever the machine's load.
+ */
+function leaseEnd(downAt: number): number {
+  return downAt + LEASE_MS;
+}
+
+/**
+ * Waits until every instance has answered `count` requests sent after the
+ * lease ended: what the outage's assertions are made on, waited for rather
+ * than slept for. Each answer comes within two reads' 2 s limit; the bound
+ * only ends a test whose server hangs.
+ */
+async function answeredAfterLease(
+  samples: ReturnType<typeof pollAll>["samples"],
+  servers: ServerProcess[],
+  downAt: number,
+  count = 3,
+): Promise<void> {
+  await waitFor(
+    () =>
+      servers.every((_, i) =>
+        samples.filter((s) => s.server === i && s.sentAt > leaseEnd(downAt))
+          .length >= count
+      ),
+    60_000,
+    `${count} answers from each instance to requests sent after its lease`,
+  );
 }
 
 /**
@@ -669,25 +721,23 @@ function assertFellBack(
   servers: ServerProcess[],
   { downAt, upAt = Infinity }: { downAt: number; upAt?: number },
 ): void {
-  const leaseEnd = downAt + LEASE_MS + 300;
+  const end = leaseEnd(downAt);
   const report: string[] = [];
   for (const [i] of servers.entries()) {
     const mine = samples.filter((s) => s.server === i && s.receivedAt < upAt);
     const odd = mine.filter((s) => ![200, 503].includes(s.status));
     assert.equal(odd.length, 0, `instance ${i}: ${tally(mine)}`);
-    const stale = mine.filter((s) =>
-      s.status === 200 && s.receivedAt > leaseEnd
-    );
+    const late = mine.filter((s) => s.sentAt > end);
+    const stale = late.filter((s) => s.status === 200);
     assert.equal(
       stale.length,
       0,
-      `instance ${i}: ${stale.length} answers 200 more than ${LEASE_MS} + 300 ms after the database went down, the last ${
-        round((stale.at(-1)?.receivedAt ?? downAt) - downAt)
+      `instance ${i}: ${stale.length} answers 200 to requests sent more than ${LEASE_MS} ms after the database went down, the last sent ${
+        round((stale.at(-1)?.sentAt ?? downAt) - downAt)
       } ms after`,
     );
     const ok = mine.filter((s) => s.status === 200 && s.sentAt > downAt);
     const refused = mine.filter((s) => s.status === 503);
-    const late = mine.filter((s) => s.receivedAt > leaseEnd);
     assert.ok(
       late.length >= 3 && late.every((s) => s.status === 503),
       `instance ${i} after its lease: ${tally(late)}`,
@@ -727,7 +777,7 @@ Deno.test({
         // read a lease may rest on began before that.
         await cluster.stop();
         downAt = performance.now();
-        await sleep(LEASE_MS + 1500);
+        await answeredAfterLease(poll.samples, servers, downAt);
       } finally {
         await poll.stop();
       }
@@ -776,7 +826,7 @@ Deno.test({
         for (const pid of frozen) signal(pid, "SIGSTOP");
         downAt = performance.now();
         // Reads time out after 2 s each; a request may wait for two.
-        await sleep(LEASE_MS + 7000);
+        await answeredAfterLease(poll.samples, servers, downAt);
       } finally {
         upAt = performance.now();
         for (const pid of frozen) signal(pid, "SIGCONT");
@@ -880,9 +930,35 @@ for (const { label, postgres } of STORES) {
         } ms (at most ${polls} expected)`,
       );
       assert.ok((calls.changesSince ?? 0) <= (calls.pollInstance ?? 0));
+      // Renewals follow the clock too (lib/lease.ts renews once less than
+      // half a lease is left, and at each change it applies): on a busy
+      // machine the same 2001 requests take longer, and so see more.
+      const renewals = Math.ceil(lifetime / (LEASE_MS / 2)) + changes + 2;
+      assert.ok(
+        (calls.renewInstance ?? 0) <= renewals,
+        `${calls.renewInstance} renewals in ${
+          round(lifetime)
+        } ms (at most ${renewals} expected)`,
+      );
+      // The notes of use are written every 5 s (lib/last_used.ts,
+      // lib/usage.ts) and at the stop: by the clock as well.
+      const flushes = Math.ceil(lifetime / 5000) + 1;
+      for (const method of ["recordLastUsed", "recordNetworkUses"]) {
+        assert.ok(
+          (calls[method] ?? 0) <= flushes,
+          `${method} called ${calls[method]} times in ${round(lifetime)} ms`,
+        );
+      }
       // Nothing else grows with the traffic either.
+      const byClock = [
+        "pollInstance",
+        "changesSince",
+        "renewInstance",
+        "recordLastUsed",
+        "recordNetworkUses",
+      ];
       for (const [method, count] of Object.entries(calls)) {
-        if (method === "pollInstance" || method === "changesSince") continue;
+        if (byClock.includes(method)) continue;
         assert.ok(count <= 5 + changes, `${method} called ${count} times`);
       }
     },

@@ -15,6 +15,7 @@ import {
   tempDir,
 } from "./support/processes.ts";
 import { check } from "./support/http.ts";
+import { GIVE_UP_MS } from "./support/wait.ts";
 import {
   freshDatabase,
   NO_DATABASE,
@@ -58,8 +59,13 @@ Deno.test({
 
       const audit = await keys(dir.path, ["audit", "--json"], env);
       assert.equal(audit.code, 0, audit.stderr);
+      // The changes, in order. The servers' usage flush (every 5 s, off the
+      // request path) adds a "network" line per first use from a network,
+      // at a moment no request decides: those are not changes.
       assert.deepEqual(
-        JSON.parse(audit.stdout).map((e: { action: string }) => e.action),
+        JSON.parse(audit.stdout)
+          .map((e: { action: string }) => e.action)
+          .filter((action: string) => action !== "network"),
         ["create", "create", "revoke"],
       );
       // The store and every process keep hashes only.
@@ -110,8 +116,9 @@ Deno.test({
       const { key } = await createKey(dir.path, "outage", undefined, env);
       assert.equal((await check(server.url, key)).status, 200);
 
-      const stopping = performance.now();
       await postgresScript(["stop", pgDir]);
+      // Every read a lease may rest on was sent before the stop returned.
+      const stopped = performance.now();
       // Known keys are answered from memory for what is left of the lease
       // (lib/lease.ts), never longer; then every request reads the store.
       let unavailable = 0;
@@ -121,22 +128,34 @@ Deno.test({
         const elapsed = performance.now() - started;
         if (down.status === 200) {
           assert.equal(unavailable, 0, "a 200 after a 503: a lease renewed");
-          const since = performance.now() - stopping;
+          // Judged by when the request was sent: the server decided later
+          // still, so nothing but the lease is added, however busy the
+          // machine (a bound from when the stop began, or from the answer,
+          // would count a slow pg_ctl or a slow answer against the lease).
+          const since = started - stopped;
           assert.ok(
-            since < LEASE_MS + 500,
-            `200 ${Math.round(since)} ms after the stop began, past the lease`,
+            since < LEASE_MS,
+            `200 for a request sent ${
+              Math.round(since)
+            } ms after the database stopped, past the lease`,
           );
           await new Promise((resolve) => setTimeout(resolve, 50));
           continue;
         }
         assert.equal(down.status, 503, down.body);
         assert.ok(down.headers.get("retry-after"), "Retry-After on 503");
+        // Quickly: a request-path read gives up after 2 s (readTimeoutMs in
+        // lib/store/postgres/connection.ts), against a stopped database at
+        // once; the rest is room for a busy machine, and still far below
+        // the 15 s a call without that limit would take.
         assert.ok(elapsed < 5000, `503 took ${Math.round(elapsed)} ms`);
         unavailable++;
       }
 
       await postgresScript(["start", pgDir, String(port)]);
-      const deadline = Date.now() + 15_000;
+      // Only ends a server that never recovers: the pool retries at least
+      // every 0.5 s (lib/store/postgres/connection.ts).
+      const deadline = Date.now() + GIVE_UP_MS;
       let status = 0;
       while (status !== 200) {
         status = (await check(server.url, key)).status;
@@ -146,7 +165,10 @@ Deno.test({
           "an outage must never look like a bad key",
         );
         if (status !== 200) {
-          assert.ok(Date.now() < deadline, `still ${status} after 15 s`);
+          assert.ok(
+            Date.now() < deadline,
+            `still ${status} after ${GIVE_UP_MS / 1000} s`,
+          );
           await new Promise((resolve) => setTimeout(resolve, 100));
         }
       }

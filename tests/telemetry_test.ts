@@ -46,7 +46,9 @@ Deno.test("with OTEL_DENO=true, spans carry http.route and the key id, counters 
       401,
     );
     assert.equal((await check(server.url, valid.key)).status, 429);
-    await new Promise((r) => setTimeout(r, 500)); // one metric export
+    // An export (every 200 ms) that counted the last request: waited for
+    // by its line, as a busy machine may export later than asked.
+    await server.waitForOutput(/outcome=locked_out[,}]/);
   } finally {
     assert.equal(await server.stop(), 0);
   }

@@ -27,6 +27,7 @@ import { DEFAULT_LOCKOUT, type LockEvent, LockoutTracker } from "../lockout.ts";
 import { Retirements } from "../retirement.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
+import type { BackgroundWrites } from "../_background.ts";
 import { countOutcome } from "../telemetry.ts";
 import { allowedFrom, type UsageRecorder } from "../usage.ts";
 import {
@@ -53,6 +54,10 @@ export interface AuthenticatorOptions {
   log?: (fields: Record<string, unknown>) => void;
   /** This process's lease, under which keys are looked up from memory. */
   lease?: Lease;
+  /** Counts the writes made off the request path, for a stop to wait for. */
+  background?: BackgroundWrites;
+  /** The clock, in milliseconds: Date.now unless set; tests pin it. */
+  now?: () => number;
 }
 
 /** The step, bound to one store. */
@@ -80,10 +85,12 @@ export function createAuthenticator(
   options: AuthenticatorOptions = {},
 ): Authenticator {
   const lockout = options.lockout ?? new LockoutTracker(DEFAULT_LOCKOUT);
-  const lookup = new KeyLookup(store, { lease: options.lease });
+  const now = options.now ?? Date.now;
+  const lookup = new KeyLookup(store, { lease: options.lease, now });
   lookup.warm().catch(() => {});
-  const { lastUsed, usage, log } = options;
+  const { lastUsed, usage, log, background } = options;
   const retirements = new Retirements(store, {
+    background,
     onError: (error) =>
       log?.({
         msg: "error",
@@ -116,7 +123,7 @@ export function createAuthenticator(
       // Refused before a first use can retire anything: a key used from
       // outside its ranges has not been used.
       if (record !== null && !allowedFrom(record, client)) {
-        usage?.refused(record.id, client, Date.now());
+        usage?.refused(record.id, client, now());
         log?.({ msg: "key_refused_from_address", apiKeyId: record.id, client });
         failed = "address";
       }
@@ -152,9 +159,9 @@ export function createAuthenticator(
       }
       lockout.succeeded(counted);
       countOutcome("ok", route);
-      const now = Date.now();
-      lastUsed?.used(record.id, now);
-      usage?.used(record.id, counted, now);
+      const at = now();
+      lastUsed?.used(record.id, at);
+      usage?.used(record.id, counted, at);
       return { ok: true, key: record };
     },
 
@@ -165,12 +172,13 @@ export function createAuthenticator(
       }
       countOutcome("url_exposed", route);
       noteLock(lockout.fail(counted), client);
-      noteExposure(candidates, client).catch((error) => {
+      const write = noteExposure(candidates, client).catch((error) => {
         log?.({
           msg: "error",
           error: error instanceof Error ? error.name : typeof error,
         });
       });
+      background?.track(write);
       return keyInUrl();
     },
   };

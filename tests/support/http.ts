@@ -7,6 +7,7 @@
  */
 
 import { validateResponse } from "./openapi.ts";
+import { GIVE_UP_MS } from "./wait.ts";
 
 /** What `Deno.serve` tells a handler about a TCP client at `hostname`. */
 export function serveInfo(
@@ -97,7 +98,13 @@ export async function rawStatus(
   const data = typeof bytes === "string"
     ? new TextEncoder().encode(bytes)
     : bytes;
-  const timer = setTimeout(() => conn.close(), options.timeoutMs ?? 3000);
+  // Only ends a wait for a server that never answers nor closes: every
+  // request the tests send is answered or closed at once, however late a
+  // busy machine gets there.
+  const timer = setTimeout(
+    () => conn.close(),
+    options.timeoutMs ?? GIVE_UP_MS,
+  );
   let text = "";
   try {
     await conn.write(data).catch(() => 0);

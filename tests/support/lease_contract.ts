@@ -20,6 +20,15 @@ import type { InstanceInfo, KeyStore } from "../../lib/store/types.ts";
 import { importedKey } from "./store_contract.ts";
 
 /**
+ * How long past a lease a change that waited it out may return: what
+ * lib/store/acknowledged.ts adds by design (50 ms of margin between clocks,
+ * at most 250 ms to remove a lapsed registration, one 50 ms step of its
+ * loop), and 650 ms for this process's timers to run late on a busy machine.
+ * Far below the lease a broken wait would add (or 23 days, for the greedy).
+ */
+const PAST_THE_LEASE_MS = 1000;
+
+/**
  * Opens stores on one shared backing store, as separate processes would;
  * disposing it closes them all and removes the backing store.
  */
@@ -358,13 +367,16 @@ export function leaseContract(label: string, openShared: OpenShared): void {
       await admin.create(input("a").input, { actor: ACTOR });
       const waited = performance.now() - started;
       assert.ok(waited >= 300, `returned after ${waited} ms`);
-      assert.ok(waited < 300 + 1000, `returned after ${waited} ms`);
+      assert.ok(
+        waited < 300 + PAST_THE_LEASE_MS,
+        `returned after ${waited} ms`,
+      );
       assert.deepEqual(report!.lapsed.map((s) => s.id), ["frozen"]);
       assert.deepEqual(await raw.instances(), []);
-      // The next change does not wait for it again.
-      const next = performance.now();
+      // The next change does not wait for it again: it finds no server to
+      // wait for (its own report says so, however slow the machine).
       await admin.create(input("b").input, { actor: ACTOR });
-      assert.ok(performance.now() - next < 300);
+      assert.deepEqual([report!.servers, report!.lapsed], [0, []]);
     } finally {
       await admin.close();
     }
@@ -385,7 +397,10 @@ export function leaseContract(label: string, openShared: OpenShared): void {
       );
       assert.notEqual(await Promise.race([change, bound]), "timeout");
       const waited = performance.now() - started;
-      assert.ok(waited < LEASE_MS + 1000, `returned after ${waited} ms`);
+      assert.ok(
+        waited < LEASE_MS + PAST_THE_LEASE_MS,
+        `returned after ${waited} ms`,
+      );
       assert.deepEqual(await raw.instances(), []);
     } finally {
       clearTimeout(timer);
@@ -425,7 +440,10 @@ export function leaseContract(label: string, openShared: OpenShared): void {
       );
       assert.notEqual(await Promise.race([change, bound]), "timeout");
       const waited = performance.now() - started;
-      assert.ok(waited < LEASE_MS + 1000, `returned after ${waited} ms`);
+      assert.ok(
+        waited < LEASE_MS + PAST_THE_LEASE_MS,
+        `returned after ${waited} ms`,
+      );
       await change;
     } finally {
       clearTimeout(timer);

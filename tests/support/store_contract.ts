@@ -999,6 +999,10 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       (e: Error) =>
         e instanceof ImportStateError && e.code === "import_unfinished",
     );
+    // At once: the first import is paused and only goes on below, so a
+    // second that waited for it would never end; one that waited out a
+    // lock instead would take PostgreSQL's lock_timeout (5 s), which this
+    // bound stays below with room for a busy machine.
     assert.ok(Date.now() - started < 3000, "the second import waited");
     await assert.rejects(
       store.create(input("z"), { actor: ACTOR }),
