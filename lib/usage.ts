@@ -66,6 +66,9 @@ export class UsageRecorder {
   #refused = new Map<number, { address: string; at: Date }[]>();
   #timer: ReturnType<typeof setInterval>;
   #flushing: Promise<void> = Promise.resolve();
+  /** The last client's network: most requests come from the client before them. */
+  #lastClient = "";
+  #lastNetwork = "";
 
   /** Writes pending notes every `flushMs`. */
   constructor(store: KeyStore, options: UsageRecorderOptions = {}) {
@@ -80,7 +83,11 @@ export class UsageRecorder {
    * (lib/client_address.ts), whose /24 or /48 is the network kept.
    */
   used(id: number, lockoutKey: string, now: number): void {
-    const network = networkKey(lockoutKey);
+    if (lockoutKey !== this.#lastClient) {
+      this.#lastNetwork = networkKey(lockoutKey);
+      this.#lastClient = lockoutKey;
+    }
+    const network = this.#lastNetwork;
     const noted = `${id} ${network}`;
     if (now - (this.#noted.get(noted) ?? -Infinity) < MINUTE) return;
     if (this.#networks.length >= NETWORK_NOTES_MAX) {
