@@ -69,6 +69,7 @@ export async function serve(): Promise<void> {
   const server = serveGuarded(handler, {
     port: config.port,
     hostname: config.hostname,
+    reusePort: config.reusePort,
     tls,
     limits: {
       headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,

@@ -21,6 +21,11 @@ export interface Config {
   port: number;
   /** Address to listen on. */
   hostname: string;
+  /**
+   * Share the port with other server processes on this host (SO_REUSEPORT,
+   * Linux): the kernel spreads new connections over them, one core each.
+   */
+  reusePort: boolean;
   /** The store the keys are kept in. */
   store: StoreLocation;
   /**
@@ -130,6 +135,7 @@ const WHOLE_NUMBERS = {
   HEADER_TIMEOUT_SECONDS: { default: 10, min: 1, max: 3_600 },
   IDLE_TIMEOUT_SECONDS: { default: 30, min: 1, max: 3_600 },
   MAX_CONNECTIONS: { default: 900, min: 1, max: 1_000_000 },
+  REUSE_PORT: { default: 0, min: 0, max: 1 },
 } as const;
 
 /** The lock-out when nothing is set: what a handler built without a configuration uses. */
@@ -146,6 +152,7 @@ export function readConfig(env: EnvReader): Config {
   return {
     port: whole("PORT"),
     hostname: hostname(env, "HOST", "0.0.0.0"),
+    reusePort: whole("REUSE_PORT") === 1,
     store: readStoreLocation(env),
     trustedProxies: trustedProxies(env),
     lockout: {

@@ -39,6 +39,7 @@ export const SERVER_VARIABLES = [
   "HEADER_TIMEOUT_SECONDS",
   "IDLE_TIMEOUT_SECONDS",
   "MAX_CONNECTIONS",
+  "REUSE_PORT",
 ] as const;
 
 /** The variables the console reads: the store's, and who is acting (for the audit log). */

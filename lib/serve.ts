@@ -60,6 +60,11 @@ export interface ServeEvent {
 export interface ServeOptions {
   hostname: string;
   port: number;
+  /**
+   * Share the port with other processes that set it too (SO_REUSEPORT,
+   * Linux only): the kernel spreads new connections over them.
+   */
+  reusePort?: boolean;
   /** PEM certificate and key: HTTPS with HTTP/2 and HTTP/1.1 by ALPN. */
   tls?: { cert: string; key: string } | null;
   limits?: Partial<ConnectionLimits>;
@@ -191,8 +196,13 @@ export function serveGuarded(
       cert: options.tls.cert,
       key: options.tls.key,
       alpnProtocols: ["h2", "http/1.1"],
+      reusePort: options.reusePort,
     })
-    : Deno.listen({ hostname: options.hostname, port: options.port });
+    : Deno.listen({
+      hostname: options.hostname,
+      port: options.port,
+      reusePort: options.reusePort,
+    });
   const addr = listener.addr as Deno.NetAddr;
   const connections = new Set<_Connection>();
   const finishing = new Set<Promise<void>>();

@@ -236,14 +236,17 @@ export async function startServer(
     }
   };
   const done = Promise.all([collect(child.stdout), collect(child.stderr)]);
+  let exited = false;
+  child.status.then(() => exited = true);
   const deadline = Date.now() + 15_000;
   while (port === 0) {
     const match = text.match(
       /"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/,
     );
     if (match) port = Number(match[1]);
-    else if (Date.now() > deadline) {
-      child.kill();
+    else if (exited || Date.now() > deadline) {
+      // A server that stopped at once says why; one that hangs is ended.
+      if (!exited) child.kill();
       await done;
       throw new Error(`the server did not start:\n${text}`);
     } else await new Promise((r) => setTimeout(r, 20));

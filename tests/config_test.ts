@@ -8,6 +8,7 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
   assert.deepEqual(readConfig(env({})), {
     port: 8000,
     hostname: "0.0.0.0",
+    reusePort: false,
     store: { kind: "kv", path: "./data/keys.db" },
     trustedProxies: [],
     lockout: { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 },
@@ -123,4 +124,13 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       return true;
     });
   }
+});
+
+Deno.test("readConfig() shares the port only with REUSE_PORT=1", () => {
+  assert.equal(readConfig(env({ REUSE_PORT: "1" })).reusePort, true);
+  assert.equal(readConfig(env({ REUSE_PORT: "0" })).reusePort, false);
+  assert.throws(
+    () => readConfig(env({ REUSE_PORT: "yes" })),
+    /^ConfigError: REUSE_PORT must be a whole number from 0 to 1/,
+  );
 });
