@@ -26,6 +26,11 @@ export interface Config {
    * Linux): the kernel spreads new connections over them, one core each.
    */
   reusePort: boolean;
+  /**
+   * A Unix socket to listen on instead of HOST:PORT, for a proxy on the same
+   * host (deploy/nginx.conf); null to listen on TCP.
+   */
+  socketPath: string | null;
   /** The store the keys are kept in. */
   store: StoreLocation;
   /**
@@ -149,10 +154,11 @@ export const DEFAULT_LOCKOUT: Config["lockout"] = {
 export function readConfig(env: EnvReader): Config {
   const whole = (name: keyof typeof WHOLE_NUMBERS) =>
     integer(env, name, WHOLE_NUMBERS[name]);
-  return {
+  const config: Config = {
     port: whole("PORT"),
     hostname: hostname(env, "HOST", "0.0.0.0"),
     reusePort: whole("REUSE_PORT") === 1,
+    socketPath: socketPath(env),
     store: readStoreLocation(env),
     trustedProxies: trustedProxies(env),
     lockout: {
@@ -167,6 +173,17 @@ export function readConfig(env: EnvReader): Config {
       maxConnections: whole("MAX_CONNECTIONS"),
     },
   };
+  if (config.socketPath !== null && config.tls !== null) {
+    throw new ConfigError(
+      "SOCKET_PATH and TLS_CERT_FILE are both set; behind nginx on a socket, nginx ends TLS: unset TLS_CERT_FILE and TLS_KEY_FILE",
+    );
+  }
+  if (config.socketPath !== null && config.reusePort) {
+    throw new ConfigError(
+      "SOCKET_PATH and REUSE_PORT=1 are both set; a socket belongs to one server: give each its own SOCKET_PATH and list them all in nginx's upstream",
+    );
+  }
+  return config;
 }
 
 function trustedProxies(env: EnvReader): Cidr[] {
@@ -190,6 +207,25 @@ function trustedProxies(env: EnvReader): Cidr[] {
     }
     return cidr;
   });
+}
+
+/** The longest path a Unix socket address holds on Linux (sun_path, 108 bytes, NUL included). */
+const SOCKET_PATH_MAX = 107;
+
+function socketPath(env: EnvReader): string | null {
+  const raw = nonEmpty(env, "SOCKET_PATH");
+  if (raw === undefined) return null;
+  if (
+    !raw.startsWith("/") || raw.endsWith("/") || raw.includes("\0") ||
+    new TextEncoder().encode(raw).length > SOCKET_PATH_MAX
+  ) {
+    throw new ConfigError(
+      `SOCKET_PATH must be an absolute file path of at most ${SOCKET_PATH_MAX} bytes, such as /run/integration/service.sock, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return raw;
 }
 
 function tlsFiles(env: EnvReader): Config["tls"] {

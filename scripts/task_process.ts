@@ -181,7 +181,7 @@ export async function createKey(
 
 /** A server started from the `start` task, listening on a free port. */
 export interface ServerProcess extends AsyncDisposable {
-  /** `http://127.0.0.1:PORT` */
+  /** `http://127.0.0.1:PORT`, or `unix:PATH` for a server on SOCKET_PATH (port 0) */
   url: string;
   port: number;
   process: Deno.ChildProcess;
@@ -229,9 +229,10 @@ export async function startServer(
   let text = "";
   let tail = "";
   let port = 0;
+  let socket: string | null = null;
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-      if (keep || port === 0) text += chunk;
+      if (keep || (port === 0 && socket === null)) text += chunk;
       else tail = (tail + chunk).slice(-TAIL_CHARS);
     }
   };
@@ -239,12 +240,14 @@ export async function startServer(
   let exited = false;
   child.status.then(() => exited = true);
   const deadline = Date.now() + 15_000;
-  while (port === 0) {
+  while (port === 0 && socket === null) {
     const match = text.match(
-      /"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/,
+      /"msg":"listening","address":"(?:https?:\/\/[^"]*:(\d+)|unix:([^"]+))"/,
     );
-    if (match) port = Number(match[1]);
-    else if (exited || Date.now() > deadline) {
+    if (match) {
+      if (match[2] !== undefined) socket = match[2];
+      else port = Number(match[1]);
+    } else if (exited || Date.now() > deadline) {
       // A server that stopped at once says why; one that hangs is ended.
       if (!exited) child.kill();
       await done;
@@ -264,7 +267,7 @@ export async function startServer(
     return exit;
   };
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: socket === null ? `http://127.0.0.1:${port}` : `unix:${socket}`,
     port,
     process: child,
     output: () => text + tail,

@@ -9,6 +9,7 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
     port: 8000,
     hostname: "0.0.0.0",
     reusePort: false,
+    socketPath: null,
     store: { kind: "kv", path: "./data/keys.db" },
     trustedProxies: [],
     lockout: { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 },
@@ -133,4 +134,26 @@ Deno.test("readConfig() shares the port only with REUSE_PORT=1", () => {
     () => readConfig(env({ REUSE_PORT: "yes" })),
     /^ConfigError: REUSE_PORT must be a whole number from 0 to 1/,
   );
+});
+
+Deno.test("readConfig() takes SOCKET_PATH as an absolute path that fits a Unix socket address", () => {
+  assert.equal(
+    readConfig(env({ SOCKET_PATH: "/run/integration/service.sock" }))
+      .socketPath,
+    "/run/integration/service.sock",
+  );
+  for (
+    const bad of [
+      "service.sock",
+      "./data/s.sock",
+      "/run/",
+      "/" + "a".repeat(107),
+    ]
+  ) {
+    assert.throws(
+      () => readConfig(env({ SOCKET_PATH: bad })),
+      /^ConfigError: SOCKET_PATH must be an absolute file path/,
+      bad,
+    );
+  }
 });
