@@ -6,8 +6,9 @@
  * with (b) a valid key, (c) a malformed key, (d) a well-formed unknown key,
  * (e) a revoked key, (f) the same serving layer answering the same JSON
  * with no key check (bench/no_auth_server.ts), and, when nginx is installed,
- * (g) bare `Deno.serve` and (h) a valid key, each behind nginx with the
- * shipped deploy/nginx.conf (bench/proxy.ts): each at 1, 32 and 128
+ * (g) bare `Deno.serve` and (h) a valid key, each on a Unix socket behind
+ * nginx with the shipped deploy/nginx.conf (bench/proxy.ts; the key's rows
+ * from a second server with SOCKET_PATH on the same store): each at 1, 32 and 128
  * connections, with 1, 10 000 and 100 000 keys in the store, the rows of one
  * connection count alternating. Each row is compared with (a), or (g)
  * behind nginx, at the same connections in the same store block, so the
@@ -47,7 +48,12 @@ import type { StoreLocation } from "../lib/config.ts";
 import { openStore } from "../lib/store/open.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
-import { startServer, taskCommand, tempDir } from "../scripts/task_process.ts";
+import {
+  type ServerProcess,
+  startServer,
+  taskCommand,
+  tempDir,
+} from "../scripts/task_process.ts";
 import { rssBytes } from "./soak.ts";
 import { type FloodResult, measureFloods } from "./flood.ts";
 import {
@@ -86,6 +92,10 @@ const STORE: StoreKind = benchStoreKind(DATABASE_URL);
 /** The rows behind nginx (deploy/nginx.conf), unless BENCH_PROXY=0 or nginx is missing. */
 const PROXY = Deno.env.get("BENCH_PROXY") !== "0" && await proxyAvailable();
 const BARE_PORT = 18901;
+/** The bare server's second listener, behind nginx as the service's socket is. */
+const BARE_SOCKET = `${
+  Deno.makeTempDirSync({ prefix: "bench_bare_" })
+}/bare.sock`;
 const NO_AUTH_PORT = 18902;
 /** Issue 21's targets. */
 const TARGET_VS_BARE = 0.75;
@@ -209,6 +219,8 @@ const fmt = (n: number, digits = 2) =>
 async function main(): Promise<number> {
   const rows: Row[] = [];
   const peaks = new Map<number, number>();
+  /** The server on a socket behind nginx, rows (h) only. */
+  const socketPeaks = new Map<number, number>();
   let consoleLines: string[] = [];
   let flood: FloodResult | undefined;
   const calls: StoreCallBlock[] = [];
@@ -217,10 +229,23 @@ async function main(): Promise<number> {
     args: [
       "run",
       "--allow-net=127.0.0.1",
-      "--allow-env=PORT",
+      "--allow-env=PORT,SOCKET",
       new URL("./bare_server.ts", import.meta.url).pathname,
     ],
     env: { PORT: String(BARE_PORT) },
+    stdout: "null",
+    stderr: "inherit",
+  }).spawn();
+  const bareOnSocket = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-net=127.0.0.1,unix:" + BARE_SOCKET,
+      `--allow-read=${BARE_SOCKET}`,
+      `--allow-write=${BARE_SOCKET}`,
+      "--allow-env=PORT,SOCKET",
+      new URL("./bare_server.ts", import.meta.url).pathname,
+    ],
+    env: { SOCKET: BARE_SOCKET },
     stdout: "null",
     stderr: "inherit",
   }).spawn();
@@ -263,8 +288,16 @@ async function main(): Promise<number> {
         { keepOutput: false },
       );
       let peak = await rssBytes(server.process.pid);
+      let socketPeak = 0;
+      let socketServer: ServerProcess | undefined;
       const sampler = setInterval(async () => {
         peak = Math.max(peak, await rssBytes(server.process.pid));
+        if (socketServer !== undefined) {
+          socketPeak = Math.max(
+            socketPeak,
+            await rssBytes(socketServer.process.pid),
+          );
+        }
       }, 250);
       const scenarios: [string, string | undefined, string][] = [
         ["(a) bare Deno.serve", undefined, `http://127.0.0.1:${BARE_PORT}/`],
@@ -279,19 +312,33 @@ async function main(): Promise<number> {
         ],
       ];
       // Behind nginx, as docs/operators.md recommends facing the internet:
-      // each compared with bare Deno.serve behind the same proxy.
+      // the service on a Unix socket (SOCKET_PATH, a second server on the
+      // same store), compared with bare Deno.serve on a socket behind the
+      // same proxy.
       await using proxies = new AsyncDisposableStack();
       if (PROXY) {
         const bareProxy: Proxy = proxies.use(
           await startProxy(`${dir.path}/nginx_bare`, {
             listen: 18911,
-            upstream: BARE_PORT,
+            upstream: BARE_SOCKET,
           }),
+        );
+        socketServer = proxies.use(
+          await startServer(
+            dir.path,
+            {
+              LOCKOUT_MAX_FAILURES: "1000000000",
+              SOCKET_PATH: `${dir.path}/service.sock`,
+              ...store.env,
+            },
+            "start",
+            { keepOutput: false },
+          ),
         );
         const serviceProxy: Proxy = proxies.use(
           await startProxy(`${dir.path}/nginx_service`, {
             listen: 18912,
-            upstream: server.port,
+            upstream: `${dir.path}/service.sock`,
           }),
         );
         scenarios.push(
@@ -333,6 +380,7 @@ async function main(): Promise<number> {
       }
       clearInterval(sampler);
       peaks.set(size, peak);
+      if (socketServer !== undefined) socketPeaks.set(size, socketPeak);
       if (size === Math.max(...SIZES)) {
         consoleLines = await consoleAtScale(dir.path, size, store.env);
       }
@@ -349,9 +397,14 @@ async function main(): Promise<number> {
     }
   } finally {
     bare.kill();
+    bareOnSocket.kill();
     noAuth.kill();
     await bare.status;
+    await bareOnSocket.status;
     await noAuth.status;
+    Deno.removeSync(BARE_SOCKET.slice(0, BARE_SOCKET.lastIndexOf("/")), {
+      recursive: true,
+    });
   }
   if (REVOCATIONS > 0) {
     console.error(
@@ -375,7 +428,7 @@ async function main(): Promise<number> {
     `${
       new Date().toISOString().slice(0, 10)
     }, ${await machine()}; wrk -t1, ${SECONDS} s per row after a warm-up run; server from the start task with the request log on and lock-out on; ${await STORE
-      .describe()}. Rows (g) and (h) go through nginx with deploy/nginx.conf (TLS and HTTP/2 at nginx, wrk over HTTPS/1.1), and their "vs bare" is against (g).`,
+      .describe()}. Rows (g) and (h) go through nginx with deploy/nginx.conf (TLS and HTTP/2 at nginx, wrk over HTTPS/1.1) to a Unix socket (bare Deno.serve on one, a second server from the start task with SOCKET_PATH on the other), and their "vs bare" is against (g).`,
     "",
     "| keys in store | scenario | connections | requests/s | vs bare | p50 ms | p99 ms | socket errors |",
     "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -391,6 +444,14 @@ async function main(): Promise<number> {
       [...peaks].map(([k, v]) =>
         `${(v / 1024 / 1024).toFixed(0)} MB with ${k} keys`
       ).join(", ")
+    }${
+      socketPeaks.size === 0
+        ? ""
+        : `; the server on a socket behind nginx (rows (h) only): ${
+          [...socketPeaks].map(([k, v]) =>
+            `${(v / 1024 / 1024).toFixed(0)} MB with ${k} keys`
+          ).join(", ")
+        }`
     }.`,
     "",
     ...floodLines(flood),

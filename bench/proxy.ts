@@ -31,10 +31,14 @@ export async function proxyAvailable(): Promise<boolean> {
   return probe.code === 0;
 }
 
-/** Starts nginx in `folder`, listening on `port` and proxying to 127.0.0.1:`upstream`. */
+/**
+ * Starts nginx in `folder`, listening on 127.0.0.1:`listen` and proxying to
+ * `upstream`: a Unix socket's path, as the shipped file does, or a port on
+ * 127.0.0.1.
+ */
 export async function startProxy(
   folder: string,
-  ports: { listen: number; upstream: number },
+  ports: { listen: number; upstream: string | number },
 ): Promise<Proxy> {
   await Deno.mkdir(folder, { recursive: true });
   const tls = await new Deno.Command("openssl", {
@@ -61,7 +65,12 @@ export async function startProxy(
   if (tls.code !== 0) throw new Error("openssl could not make a certificate");
   const shipped = await Deno.readTextFile(CONFIG);
   const config = shipped
-    .replace("server 127.0.0.1:8000;", `server 127.0.0.1:${ports.upstream};`)
+    .replace(
+      "server unix:/run/integration/service.sock max_conns=512;",
+      typeof ports.upstream === "number"
+        ? `server 127.0.0.1:${ports.upstream};`
+        : `server unix:${ports.upstream} max_conns=512;`,
+    )
     .replace(
       "listen 443 ssl http2;",
       `listen 127.0.0.1:${ports.listen} ssl http2;`,
@@ -70,7 +79,7 @@ export async function startProxy(
     .replace("/etc/integration/tls/key.pem", `${folder}/key.pem`)
     .replace("/var/log/nginx/integration_error.log", `${folder}/error.log`)
     .replace("limit_conn per_address 100;", "limit_conn per_address 5000;");
-  for (const moved of [`${ports.upstream};`, `${ports.listen} ssl`, folder]) {
+  for (const moved of [`${ports.upstream}`, `${ports.listen} ssl`, folder]) {
     if (!config.includes(moved)) {
       throw new Error(`deploy/nginx.conf no longer has the line for ${moved}`);
     }

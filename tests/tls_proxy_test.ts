@@ -46,9 +46,12 @@ async function nginxConfig(
   const shipped = await Deno.readTextFile(CONFIG);
   const upstream = typeof service === "number"
     ? `127.0.0.1:${service}`
-    : `unix:${service}`;
+    : `unix:${service} max_conns=512`;
   const config = shipped
-    .replace("server 127.0.0.1:8000;", `server ${upstream};`)
+    .replace(
+      "server unix:/run/integration/service.sock max_conns=512;",
+      `server ${upstream};`,
+    )
     .replace("listen 443 ssl http2;", `listen 127.0.0.1:${port} ssl http2;`)
     .replace("/etc/integration/tls/cert.pem", `${folder}/cert.pem`)
     .replace("/etc/integration/tls/key.pem", `${folder}/key.pem`)
