@@ -23,6 +23,7 @@ import {
   serveGuarded,
   serveOnSocket,
   ServeUnsupportedError,
+  SocketPathError,
 } from "./lib/serve.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
 import { counted } from "./lib/store/counted.ts";
@@ -165,7 +166,7 @@ function startFailure(error: unknown): string {
   if (error instanceof Deno.errors.AddrInUse) {
     return `The address is already in use: ${error.message}; stop the other server or set PORT`;
   }
-  if (error instanceof Deno.errors.AlreadyExists) {
+  if (error instanceof SocketPathError) {
     return `The server could not start: ${error.message}`;
   }
   return `The server could not start: ${

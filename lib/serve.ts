@@ -371,6 +371,17 @@ export function serveGuarded(
   };
 }
 
+/** SOCKET_PATH names a socket another server listens on, or a file that is no socket. */
+export class SocketPathError extends Error {
+  override name = "SocketPathError";
+  constructor(
+    readonly code: "socket_in_use" | "not_a_socket",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** Where a server behind a proxy on the same host listens. */
 export interface SocketOptions {
   /** The Unix socket's path; a stale socket there is replaced. */
@@ -440,7 +451,8 @@ async function _removeStaleSocket(path: string): Promise<void> {
     throw error;
   }
   if (info.isSocket !== true) {
-    throw new Deno.errors.AlreadyExists(
+    throw new SocketPathError(
+      "not_a_socket",
       `${path} exists and is not a socket; SOCKET_PATH must name a socket or nothing`,
     );
   }
@@ -451,8 +463,9 @@ async function _removeStaleSocket(path: string): Promise<void> {
     await Deno.remove(path);
     return;
   }
-  throw new Deno.errors.AddrInUse(
-    `another server is listening on ${path}; give each server its own SOCKET_PATH`,
+  throw new SocketPathError(
+    "socket_in_use",
+    `another server is listening on ${path}; stop it, or give each server its own SOCKET_PATH`,
   );
 }
 
