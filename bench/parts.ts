@@ -2,9 +2,11 @@
  * Where a request's JavaScript time goes, part by part: each piece of the
  * request path called in a loop in this process, with no socket, and the
  * whole handler called directly for a valid key, for the same JSON with no
- * authentication, and for bare `Deno.serve`'s handler. `deno task
- * bench:parts` prints nanoseconds per call; docs/performance.md explains
- * them next to the CPU profiles of the server under wrk.
+ * authentication, and for bare `Deno.serve`'s handler, printed in
+ * nanoseconds per call: `deno run --allow-env=PARTS_MS
+ * --v8-flags=--max-semi-space-size=2 bench/parts.ts` (an in-memory store,
+ * no network). docs/performance.md sets them beside the CPU profiles of the
+ * server under wrk.
  *
  * In-process loops are steadier than wrk on a shared machine, but they
  * flatter what a request pays in a real server (warm caches, no other
