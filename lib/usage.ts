@@ -61,14 +61,14 @@ export class UsageRecorder {
   /** `id network` → when last noted, to note each at most once a minute. */
   #noted = new Map<string, number>();
   #networks: { id: number; network: string; at: Date }[] = [];
+  /** The last client's network: most requests come from the client before them. */
+  #lastClient = "";
+  #lastNetwork = "";
   /** Network notes dropped since the last flush, past NETWORK_NOTES_MAX. */
   #dropped = 0;
   #refused = new Map<number, { address: string; at: Date }[]>();
   #timer: ReturnType<typeof setInterval>;
   #flushing: Promise<void> = Promise.resolve();
-  /** The last client's network: most requests come from the client before them. */
-  #lastClient = "";
-  #lastNetwork = "";
 
   /** Writes pending notes every `flushMs`. */
   constructor(store: KeyStore, options: UsageRecorderOptions = {}) {
