@@ -24,7 +24,13 @@ import {
   variableGrants,
 } from "./lib/permissions.ts";
 import { JsonLog } from "./lib/log.ts";
-import { serveGuarded, ServeUnsupportedError } from "./lib/serve.ts";
+import {
+  type GuardedServer,
+  serveGuarded,
+  serveOnSocket,
+  ServeUnsupportedError,
+  SocketPathError,
+} from "./lib/serve.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
 import { counted } from "./lib/store/counted.ts";
 import { openStore } from "./lib/store/open.ts";
@@ -78,23 +84,39 @@ export async function serve(): Promise<void> {
   // Registered and holding a lease before the first request, if the store
   // answers; if not, requests read the store until it does.
   await lease.start();
-  const server = serveGuarded(handler, {
-    port: config.port,
-    hostname: config.hostname,
-    tls,
-    limits: {
-      headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
-      idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
-      maxConnections: config.connections.maxConnections,
-    },
-    onListen: ({ hostname, port }) => {
+  const onListen = (addr: Deno.NetAddr | Deno.UnixAddr) => {
+    if ("path" in addr) {
+      log.write({ msg: "listening", address: `unix:${addr.path}` });
+    } else {
       const scheme = tls ? "https" : "http";
+      const { hostname, port } = addr;
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
       log.write({ msg: "listening", address: `${scheme}://${host}:${port}` });
-      log.flush();
-    },
-    onEvent: (event) => log.write(event),
-  });
+    }
+    log.flush();
+  };
+  const onEvent = (event: Record<string, unknown>) => log.write(event);
+  // Behind nginx on a socket only it can open, Deno's own path (see
+  // lib/serve.ts); anywhere a port is exposed, the connection guard.
+  const server: GuardedServer = config.socketPath !== null
+    ? await serveOnSocket(handler, {
+      path: config.socketPath,
+      onListen,
+      onEvent,
+    })
+    : serveGuarded(handler, {
+      port: config.port,
+      hostname: config.hostname,
+      reusePort: config.reusePort,
+      tls,
+      limits: {
+        headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
+        idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
+        maxConnections: config.connections.maxConnections,
+      },
+      onListen,
+      onEvent,
+    });
 
   const stop = () => {
     log.write({ msg: "stopping" });
@@ -159,6 +181,9 @@ function startFailure(error: unknown): string {
   }
   if (error instanceof Deno.errors.AddrInUse) {
     return `The address is already in use: ${error.message}; stop the other server or set PORT`;
+  }
+  if (error instanceof SocketPathError) {
+    return `The server could not start: ${error.message}`;
   }
   return `The server could not start: ${
     error instanceof Error ? error.message : String(error)

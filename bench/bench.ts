@@ -4,9 +4,15 @@
  * In one run, with wrk (Debian's package) as the load generator, it measures
  * (a) a bare `Deno.serve` returning the same JSON, and the connection check
  * with (b) a valid key, (c) a malformed key, (d) a well-formed unknown key,
- * (e) a revoked key: each at 1, 32 and 128 connections, with 1, 10 000 and
- * 100 000 keys in the store. Each row is compared with (a) at the same
- * connections in the same store block, so the ratios hold on any machine.
+ * (e) a revoked key, (f) the same serving layer answering the same JSON
+ * with no key check (bench/no_auth_server.ts), and, when nginx is installed,
+ * (g) bare `Deno.serve` and (h) a valid key, each on a Unix socket behind
+ * nginx with the shipped deploy/nginx.conf (bench/proxy.ts; the key's rows
+ * from a second server with SOCKET_PATH on the same store): each at 1, 32 and 128
+ * connections, with 1, 10 000 and 100 000 keys in the store, the rows of one
+ * connection count alternating. Each row is compared with (a), or (g)
+ * behind nginx, at the same connections in the same store block, so the
+ * ratios hold on any machine; (b) is also compared with (f).
  *
  * The server is the real one, started from the `start` task: request log
  * on (drained through a pipe, as a log collector would), lock-out on with a
@@ -33,7 +39,8 @@
  * BENCH_CONNECTIONS ("1,32,128"), BENCH_DATABASE_URL (unset: Deno KV),
  * BENCH_OUTPUT (bench/results.md, or bench/results_postgres.md on PostgreSQL),
  * BENCH_REVOCATIONS (40 revocations each way with both servers live; 0
- * skips the section), BENCH_REVOCATIONS_FROZEN (5 with one frozen).
+ * skips the section), BENCH_REVOCATIONS_FROZEN (5 with one frozen),
+ * BENCH_PROXY (0 skips the rows behind nginx).
  *
  * @module
  */
@@ -43,7 +50,11 @@ import type { StoreLocation } from "../lib/config.ts";
 import { openStore } from "../lib/store/open.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
-import { startServer, tempDir } from "../scripts/task_process.ts";
+import {
+  type ServerProcess,
+  startServer,
+  tempDir,
+} from "../scripts/task_process.ts";
 import { rssBytes } from "./soak.ts";
 import { type FloodResult, measureFloods } from "./flood.ts";
 import {
@@ -58,6 +69,7 @@ import {
 } from "./store_calls.ts";
 import { benchStoreKind, type StoreKind } from "./stores.ts";
 import { measureConsole } from "./console.ts";
+import { type Proxy, proxyAvailable, startProxy } from "./proxy.ts";
 
 const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
 const SIZES = (Deno.env.get("BENCH_SIZES") ?? "1,10000,100000").split(",").map(
@@ -79,6 +91,19 @@ const REVOCATIONS_FROZEN = Number(
 );
 
 const STORE: StoreKind = benchStoreKind(DATABASE_URL);
+/** The rows behind nginx (deploy/nginx.conf), unless BENCH_PROXY=0 or nginx is missing. */
+const PROXY = Deno.env.get("BENCH_PROXY") !== "0" && await proxyAvailable();
+const BARE_PORT = 18901;
+/** The bare server's second listener, behind nginx as the service's socket is. */
+const BARE_SOCKET = `${
+  Deno.makeTempDirSync({ prefix: "bench_bare_" })
+}/bare.sock`;
+const NO_AUTH_PORT = 18902;
+/** Issue 21's targets. */
+const TARGET_VS_BARE = 0.75;
+const TARGET_VS_NO_AUTH = 0.9;
+const TARGET_RSS_MB = 80;
+const TARGET_RSS_KEYS = 10_000;
 
 interface Row {
   keys: number;
@@ -196,6 +221,8 @@ const fmt = (n: number, digits = 2) =>
 async function main(): Promise<number> {
   const rows: Row[] = [];
   const peaks = new Map<number, number>();
+  /** The server on a socket behind nginx, rows (h) only. */
+  const socketPeaks = new Map<number, number>();
   let flood: FloodResult | undefined;
   const calls: StoreCallBlock[] = [];
   let revocation: RevocationResult | undefined;
@@ -203,13 +230,42 @@ async function main(): Promise<number> {
     args: [
       "run",
       "--allow-net=127.0.0.1",
-      "--allow-env=PORT",
+      "--allow-env=PORT,SOCKET",
       new URL("./bare_server.ts", import.meta.url).pathname,
     ],
-    env: { PORT: "18901" },
+    env: { PORT: String(BARE_PORT) },
     stdout: "null",
     stderr: "inherit",
   }).spawn();
+  const bareOnSocket = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-net=127.0.0.1,unix:" + BARE_SOCKET,
+      `--allow-read=${BARE_SOCKET}`,
+      `--allow-write=${BARE_SOCKET}`,
+      "--allow-env=PORT,SOCKET",
+      new URL("./bare_server.ts", import.meta.url).pathname,
+    ],
+    env: { SOCKET: BARE_SOCKET },
+    stdout: "null",
+    stderr: "inherit",
+  }).spawn();
+  // The same serving layer without the key check, with the start task's
+  // V8 flags and its request log drained through a pipe, as the service's.
+  const noAuth = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--v8-flags=--max-semi-space-size=2",
+      "--allow-net=127.0.0.1",
+      "--allow-env=PORT",
+      "--unstable-kv",
+      new URL("./no_auth_server.ts", import.meta.url).pathname,
+    ],
+    env: { PORT: String(NO_AUTH_PORT) },
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  noAuth.stdout.pipeTo(new WritableStream()).catch(() => {});
   try {
     await new Promise((r) => setTimeout(r, 1000));
     for (const size of SIZES) {
@@ -233,23 +289,72 @@ async function main(): Promise<number> {
         { keepOutput: false },
       );
       let peak = await rssBytes(server.process.pid);
+      let socketPeak = 0;
+      let socketServer: ServerProcess | undefined;
       const sampler = setInterval(async () => {
         peak = Math.max(peak, await rssBytes(server.process.pid));
+        if (socketServer !== undefined) {
+          socketPeak = Math.max(
+            socketPeak,
+            await rssBytes(socketServer.process.pid),
+          );
+        }
       }, 250);
       const scenarios: [string, string | undefined, string][] = [
-        ["(a) bare Deno.serve", undefined, "http://127.0.0.1:18901/"],
+        ["(a) bare Deno.serve", undefined, `http://127.0.0.1:${BARE_PORT}/`],
         ["(b) valid key", valid, server.url + ROUTE],
         ["(c) malformed key", "not-a-key", server.url + ROUTE],
         ["(d) unknown key", generateApiKey().key, server.url + ROUTE],
         ["(e) revoked key", revoked, server.url + ROUTE],
+        [
+          "(f) same serving layer, no key check",
+          undefined,
+          `http://127.0.0.1:${NO_AUTH_PORT}${ROUTE}`,
+        ],
       ];
+      // Behind nginx, as docs/operators.md recommends facing the internet:
+      // the service on a Unix socket (SOCKET_PATH, a second server on the
+      // same store), compared with bare Deno.serve on a socket behind the
+      // same proxy.
+      await using proxies = new AsyncDisposableStack();
+      if (PROXY) {
+        const bareProxy: Proxy = proxies.use(
+          await startProxy(`${dir.path}/nginx_bare`, {
+            listen: 18911,
+            upstream: BARE_SOCKET,
+          }),
+        );
+        socketServer = proxies.use(
+          await startServer(
+            dir.path,
+            {
+              LOCKOUT_MAX_FAILURES: "1000000000",
+              SOCKET_PATH: `${dir.path}/service.sock`,
+              ...store.env,
+            },
+            "start",
+            { keepOutput: false },
+          ),
+        );
+        const serviceProxy: Proxy = proxies.use(
+          await startProxy(`${dir.path}/nginx_service`, {
+            listen: 18912,
+            upstream: `${dir.path}/service.sock`,
+          }),
+        );
+        scenarios.push(
+          ["(g) bare Deno.serve behind nginx", undefined, bareProxy.url + "/"],
+          ["(h) valid key behind nginx", valid, serviceProxy.url + ROUTE],
+        );
+      }
       for (const connections of CONNECTIONS) {
         for (const [scenario, key, url] of scenarios) {
           const warmUp = await wrk(url, connections, key); // discarded
           const result = await wrk(url, connections, key);
           rows.push({ keys: size, scenario, connections, ...result });
-          // The bare server's requests cost the store nothing.
-          if (!scenario.startsWith("(a)")) {
+          // The bare and no-auth servers' requests cost the store nothing;
+          // rows (h) are the socket server's, not this one's.
+          if (!/^\((a|f|g|h)\)/.test(scenario)) {
             requests += warmUp.requests + result.requests;
           }
           console.error(
@@ -277,6 +382,7 @@ async function main(): Promise<number> {
       }
       clearInterval(sampler);
       peaks.set(size, peak);
+      if (socketServer !== undefined) socketPeaks.set(size, socketPeak);
       // Its last log line counts its store calls: the whole block's.
       await server.stop();
       calls.push({
@@ -290,7 +396,14 @@ async function main(): Promise<number> {
     }
   } finally {
     bare.kill();
+    bareOnSocket.kill();
+    noAuth.kill();
     await bare.status;
+    await bareOnSocket.status;
+    await noAuth.status;
+    Deno.removeSync(BARE_SOCKET.slice(0, BARE_SOCKET.lastIndexOf("/")), {
+      recursive: true,
+    });
   }
   if (REVOCATIONS > 0) {
     console.error(
@@ -302,10 +415,11 @@ async function main(): Promise<number> {
     });
   }
 
+  // Rows behind nginx are compared with bare Deno.serve behind nginx.
   const bareOf = (row: Row) =>
     rows.find((r) =>
       r.keys === row.keys && r.connections === row.connections &&
-      r.scenario.startsWith("(a)")
+      r.scenario.startsWith(/^\((g|h)\)/.test(row.scenario) ? "(g)" : "(a)")
     )!.rps;
   const lines = [
     `# ${STORE.title}`,
@@ -313,7 +427,7 @@ async function main(): Promise<number> {
     `${
       new Date().toISOString().slice(0, 10)
     }, ${await machine()}; wrk -t1, ${SECONDS} s per row after a warm-up run; server from the start task with the request log on and lock-out on; ${await STORE
-      .describe()}.`,
+      .describe()}. Rows (g) and (h) go through nginx with deploy/nginx.conf (TLS and HTTP/2 at nginx, wrk over HTTPS/1.1) to a Unix socket (bare Deno.serve on one, a second server from the start task with SOCKET_PATH on the other), and their "vs bare" is against (g).`,
     "",
     "| keys in store | scenario | connections | requests/s | vs bare | p50 ms | p99 ms | socket errors |",
     "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -329,6 +443,14 @@ async function main(): Promise<number> {
       [...peaks].map(([k, v]) =>
         `${(v / 1024 / 1024).toFixed(0)} MB with ${k} keys`
       ).join(", ")
+    }${
+      socketPeaks.size === 0
+        ? ""
+        : `; the server on a socket behind nginx (rows (h) only): ${
+          [...socketPeaks].map(([k, v]) =>
+            `${(v / 1024 / 1024).toFixed(0)} MB with ${k} keys`
+          ).join(", ")
+        }`
     }.`,
     "",
     ...floodLines(flood),
@@ -388,32 +510,68 @@ function targets(
   ];
   const check = (label: string, value: string, ok: boolean) =>
     out.push(`| ${label} | ${value} | ${ok ? "PASS" : "**MISS**"} |`);
-  // Issue 13's, for every store size measured: the ratios to bare in the
-  // same block, so that they hold on any machine.
+  const percent = (ratio: number) => `${fmt(ratio * 100, 0)}%`;
+  const plural = (c: number) => `${c} connection${c === 1 ? "" : "s"}`;
+  // Issue 21's, for every store size measured: ratios within one block, so
+  // that they hold on any machine.
   for (const keys of SIZES) {
-    for (const c of [1, 32, 128]) {
-      const row = pick("(b)", c, keys);
-      if (row) {
+    for (
+      const [valid, bare, where] of [
+        ["(b)", "(a)", "with the start task's defaults"],
+        ["(h)", "(g)", "behind deploy/nginx.conf, vs bare behind it"],
+      ]
+    ) {
+      for (const c of [1, 32, 128]) {
+        const row = pick(valid, c, keys);
+        if (row) {
+          check(
+            `valid key ≥ ${percent(TARGET_VS_BARE)} of bare at ${
+              plural(c)
+            }, ${where} (${keys} keys)`,
+            percent(row.rps / bareOf(row)),
+            row.rps / bareOf(row) >= TARGET_VS_BARE,
+          );
+        }
+      }
+      const row = pick(valid, 32, keys);
+      const base = pick(bare, 32, keys);
+      if (row && base) {
+        const ratio = row.p99 / base.p99;
         check(
-          `valid key ≥ 60% of bare at ${c} connection${
-            c === 1 ? "" : "s"
-          } (${keys} keys)`,
-          `${fmt((row.rps / bareOf(row)) * 100, 0)}%`,
-          row.rps / bareOf(row) >= 0.6,
+          `valid key p99 ≤ 1.5 × bare's at 32 connections, ${where} (${keys} keys)`,
+          `${fmt(row.p99)} ms = ${fmt(ratio)} × ${fmt(base.p99)} ms`,
+          ratio <= 1.5,
         );
       }
     }
-    const valid = pick("(b)", 32, keys);
-    const bare = pick("(a)", 32, keys);
-    if (valid && bare) {
-      const ratio = valid.p99 / bare.p99;
-      check(
-        `valid key p99 ≤ 1.5 × bare's p99 at 32 connections (${keys} keys)`,
-        `${fmt(valid.p99)} ms = ${fmt(ratio)} × ${fmt(bare.p99)} ms`,
-        ratio <= 1.5,
-      );
+    for (const c of [1, 32, 128]) {
+      const row = pick("(b)", c, keys);
+      const layer = pick("(f)", c, keys);
+      if (row && layer) {
+        check(
+          `valid key ≥ ${
+            percent(TARGET_VS_NO_AUTH)
+          } of the same serving layer without the key check at ${
+            plural(c)
+          } (${keys} keys)`,
+          percent(row.rps / layer.rps),
+          row.rps / layer.rps >= TARGET_VS_NO_AUTH,
+        );
+      }
     }
   }
+  const rssKeys = peaks.has(TARGET_RSS_KEYS)
+    ? TARGET_RSS_KEYS
+    : Math.max(...peaks.keys());
+  const rss = peaks.get(rssKeys)!;
+  check(
+    `server peak RSS ≤ ${TARGET_RSS_MB} MB at ${rssKeys} keys (every row of the block${
+      rssKeys === Math.max(...SIZES) ? ", floods included" : ""
+    })`,
+    `${(rss / 1024 / 1024).toFixed(0)} MB`,
+    rss <= TARGET_RSS_MB * 1024 * 1024,
+  );
+  // Earlier issues' targets, kept as they were.
   const p99 = pick("(b)", 32);
   if (p99) {
     check(
@@ -429,7 +587,7 @@ function targets(
     if (row) {
       check(
         `malformed key ≥ 80% of bare at ${c} connections`,
-        `${fmt((row.rps / bareOf(row)) * 100, 0)}%`,
+        percent(row.rps / bareOf(row)),
         row.rps / bareOf(row) >= 0.8,
       );
     }
@@ -451,13 +609,13 @@ function targets(
     const ratio = flood.validUnderInvented / flood.validUnderMalformed;
     check(
       "valid key under an invented-key flood ≥ 80% of under a malformed-key flood",
-      `${fmt(ratio * 100, 0)}%`,
+      percent(ratio),
       ratio >= 0.8,
     );
   }
   const peak = Math.max(...peaks.values());
   check(
-    "server RSS under load ≤ 100 MB (peak over every block, floods included)",
+    "server RSS under load ≤ 100 MB (peak over every block, floods included; issue 13)",
     `${(peak / 1024 / 1024).toFixed(0)} MB`,
     peak <= 100 * 1024 * 1024,
   );

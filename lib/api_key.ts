@@ -10,7 +10,6 @@
  */
 
 import { createHash } from "node:crypto";
-import { crc32 } from "node:zlib";
 
 /** The fixed prefix of every key, for secret scanners. */
 export const KEY_PREFIX = "isk_";
@@ -87,7 +86,32 @@ export function keyHint(key: string): string {
 }
 
 function checksum(payload: string): string {
-  return toBase62(crc32(payload), CHECKSUM_LENGTH);
+  return toBase62(crc32Ascii(payload), CHECKSUM_LENGTH);
+}
+
+/** CRC-32 (IEEE, zlib's) lookup table, one entry per byte value. */
+const CRC_TABLE = (() => {
+  const table = new Int32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    table[n] = c;
+  }
+  return table;
+})();
+
+/**
+ * zlib's CRC-32 of an ASCII string (every caller has matched the key
+ * alphabet first), unsigned. In JavaScript rather than node:zlib's: a call
+ * into the runtime for 34 bytes cost more than the sum itself, on every
+ * request that carries a key.
+ */
+function crc32Ascii(text: string): number {
+  let c = -1;
+  for (let i = 0; i < text.length; i++) {
+    c = CRC_TABLE[(c ^ text.charCodeAt(i)) & 0xff] ^ (c >>> 8);
+  }
+  return (c ^ -1) >>> 0;
 }
 
 function toBase62(value: number, width: number): string {

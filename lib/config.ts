@@ -30,6 +30,16 @@ export interface Config {
   port: number;
   /** Address to listen on. */
   hostname: string;
+  /**
+   * Share the port with other server processes on this host (SO_REUSEPORT,
+   * Linux): the kernel spreads new connections over them, one core each.
+   */
+  reusePort: boolean;
+  /**
+   * A Unix socket to listen on instead of HOST:PORT, for a proxy on the same
+   * host (deploy/nginx.conf); null to listen on TCP.
+   */
+  socketPath: string | null;
   /** The store the keys are kept in. */
   store: StoreLocation;
   /**
@@ -203,15 +213,18 @@ const WHOLE_NUMBERS = {
   HEADER_TIMEOUT_SECONDS: { default: 10, min: 1, max: 3_600 },
   IDLE_TIMEOUT_SECONDS: { default: 30, min: 1, max: 3_600 },
   MAX_CONNECTIONS: { default: 900, min: 1, max: 1_000_000 },
+  REUSE_PORT: { default: 0, min: 0, max: 1 },
 } as const;
 
 /** The whole server configuration. */
 export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
   const whole = (name: keyof typeof WHOLE_NUMBERS) =>
     integer(env, name, WHOLE_NUMBERS[name]);
-  return {
+  const config: Config = {
     port: whole("PORT"),
     hostname: hostname(env, "HOST", "0.0.0.0"),
+    reusePort: whole("REUSE_PORT") === 1,
+    socketPath: socketPath(env),
     store: readStoreLocation(env, options),
     trustedProxies: trustedProxies(env),
     lockout: {
@@ -226,6 +239,17 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
       maxConnections: whole("MAX_CONNECTIONS"),
     },
   };
+  if (config.socketPath !== null && config.tls !== null) {
+    throw new ConfigError(
+      "SOCKET_PATH and TLS_CERT_FILE are both set; behind nginx on a socket, nginx ends TLS: unset TLS_CERT_FILE and TLS_KEY_FILE",
+    );
+  }
+  if (config.socketPath !== null && config.reusePort) {
+    throw new ConfigError(
+      "SOCKET_PATH and REUSE_PORT=1 are both set; a socket belongs to one server: give each its own SOCKET_PATH and list them all in nginx's upstream",
+    );
+  }
+  return config;
 }
 
 function trustedProxies(env: EnvReader): Cidr[] {
@@ -251,6 +275,25 @@ function trustedProxies(env: EnvReader): Cidr[] {
     }
     return cidr;
   });
+}
+
+/** The longest path a Unix socket address holds on Linux (sun_path, 108 bytes, NUL included). */
+const SOCKET_PATH_MAX = 107;
+
+function socketPath(env: EnvReader): string | null {
+  const raw = nonEmpty(env, "SOCKET_PATH");
+  if (raw === undefined) return null;
+  if (
+    !raw.startsWith("/") || raw.endsWith("/") || raw.includes("\0") ||
+    new TextEncoder().encode(raw).length > SOCKET_PATH_MAX
+  ) {
+    throw new ConfigError(
+      `SOCKET_PATH must be an absolute file path of at most ${SOCKET_PATH_MAX} bytes, such as /run/integration/service.sock, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return raw;
 }
 
 function tlsFiles(env: EnvReader): Config["tls"] {

@@ -39,6 +39,8 @@ export const SERVER_VARIABLES = [
   "HEADER_TIMEOUT_SECONDS",
   "IDLE_TIMEOUT_SECONDS",
   "MAX_CONNECTIONS",
+  "REUSE_PORT",
+  "SOCKET_PATH",
 ] as const;
 
 /** The variables the console reads: the store's, and who is acting (for the audit log). */
@@ -55,11 +57,23 @@ export const CONSOLE_VARIABLES = [
 export function serverGrants(config: Config): Grant[] {
   const grants: Grant[] = [
     ...SERVER_VARIABLES.map((name) => env(name)),
-    {
-      kind: "net",
-      value: hostPort(config.hostname, config.port),
-      by: "HOST and PORT",
-    },
+    // A socket is listened on as `unix:PATH` and its file checked and
+    // removed when stale: that one path, and no address on the network.
+    ...(config.socketPath === null
+      ? [{
+        kind: "net" as const,
+        value: hostPort(config.hostname, config.port),
+        by: "HOST and PORT",
+      }]
+      : [
+        {
+          kind: "net" as const,
+          value: `unix:${config.socketPath}`,
+          by: "SOCKET_PATH",
+        },
+        { kind: "read" as const, value: config.socketPath, by: "SOCKET_PATH" },
+        { kind: "write" as const, value: config.socketPath, by: "SOCKET_PATH" },
+      ]),
     ...storeGrants(config.store),
   ];
   if (config.tls) {

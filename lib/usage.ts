@@ -59,6 +59,9 @@ export class UsageRecorder extends BackgroundRecorder {
   /** `id network` → when last noted, to note each at most once a minute. */
   #noted = new Map<string, number>();
   #networks: { id: number; network: string; at: Date }[] = [];
+  /** The last client's network: most requests come from the client before them. */
+  #lastClient = "";
+  #lastNetwork = "";
   /** Network notes dropped since the last flush, past NETWORK_NOTES_MAX. */
   #dropped = 0;
   #refused = new Map<number, { address: string; at: Date }[]>();
@@ -74,7 +77,11 @@ export class UsageRecorder extends BackgroundRecorder {
    * (lib/client_address.ts), whose /24 or /48 is the network kept.
    */
   used(id: number, lockoutKey: string, now: number): void {
-    const network = networkKey(lockoutKey);
+    if (lockoutKey !== this.#lastClient) {
+      this.#lastNetwork = networkKey(lockoutKey);
+      this.#lastClient = lockoutKey;
+    }
+    const network = this.#lastNetwork;
     const noted = `${id} ${network}`;
     if (now - (this.#noted.get(noted) ?? -Infinity) < MINUTE) return;
     if (this.#networks.length >= NETWORK_NOTES_MAX) {

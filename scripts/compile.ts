@@ -41,6 +41,8 @@ export function compileArgs(
   return [
     "compile",
     "--unstable-kv",
+    // REUSE_PORT: Deno.listen's reusePort is unstable in Deno 2.9.
+    "--unstable-net",
     "--no-prompt",
     ...v8Flags(denoJson),
     ...permissionFlags(serverGrants(readConfig(env))),

@@ -181,7 +181,7 @@ export async function createKey(
 
 /** A server started from the `start` task, listening on a free port. */
 export interface ServerProcess extends AsyncDisposable {
-  /** `http://127.0.0.1:PORT` */
+  /** `http://127.0.0.1:PORT`, or `unix:PATH` for a server on SOCKET_PATH (port 0) */
   url: string;
   port: number;
   process: Deno.ChildProcess;
@@ -237,9 +237,10 @@ export async function startServer(
   let port = 0;
   /** Called after every chunk of output, and once the output has ended. */
   const listeners = new Set<() => void>();
+  let socket: string | null = null;
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-      if (keep || port === 0) text += chunk;
+      if (keep || (port === 0 && socket === null)) text += chunk;
       else tail = (tail + chunk).slice(-TAIL_CHARS);
       for (const listener of listeners) listener();
     }
@@ -268,7 +269,9 @@ export async function startServer(
   // so the bound only ends a start that hangs, whatever the machine's speed.
   let timer: ReturnType<typeof setTimeout> | undefined;
   const listening = await Promise.race([
-    waitForOutput(/"msg":"listening","address":"https?:\/\/[^"]*:(\d+)"/)
+    waitForOutput(
+      /"msg":"listening","address":"(?:https?:\/\/[^"]*:(\d+)|unix:([^"]+))"/,
+    )
       .catch(() => null),
     new Promise<null>((resolve) => timer = setTimeout(resolve, 120_000, null)),
   ]).finally(() => clearTimeout(timer));
@@ -281,7 +284,8 @@ export async function startServer(
     await done;
     throw new Error(`the server did not start:\n${text}`);
   }
-  port = Number(listening[1]);
+  if (listening[2] !== undefined) socket = listening[2];
+  else port = Number(listening[1]);
   let exit: Promise<number> | undefined;
   const stop = (signal: Deno.Signal = "SIGTERM") => {
     if (exit === undefined) {
@@ -295,7 +299,7 @@ export async function startServer(
     return exit;
   };
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: socket === null ? `http://127.0.0.1:${port}` : `unix:${socket}`,
     port,
     process: child,
     output: () => text + tail,

@@ -64,3 +64,22 @@ Deno.test("isWellFormedApiKey() refuses a wrong prefix, length, alphabet or chec
     assert.equal(isWellFormedApiKey(value), false, label);
   }
 });
+
+Deno.test("the checksum is zlib's CRC-32, as every key issued so far carries it", async () => {
+  const { crc32 } = await import("node:zlib");
+  const alphabet =
+    "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  const base62 = (value: number) => {
+    let out = "";
+    for (let i = 0; i < 6; i++) {
+      out = alphabet[value % 62] + out;
+      value = Math.floor(value / 62);
+    }
+    return out;
+  };
+  for (let i = 0; i < 500; i++) {
+    const { key } = generateApiKey();
+    const payload = key.slice(0, 34);
+    assert.equal(key.slice(34), base62(crc32(payload)));
+  }
+});

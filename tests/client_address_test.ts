@@ -139,3 +139,30 @@ Deno.test("a range or address with a leading zero is refused, as some parsers re
   assert.ok(parseCidr("0.0.0.0/0"));
   assert.ok(parseCidr("10.0.0.0/8"));
 });
+
+Deno.test("over a Unix socket the proxy's X-Forwarded-For names the client, and without one the client is 'unix'", () => {
+  const unix = {
+    remoteAddr: { transport: "unix", path: "/run/integration/service.sock" },
+    completed: Promise.resolve(),
+  } as Deno.ServeHandlerInfo;
+  assert.equal(
+    clientAddress(request("203.0.113.5"), unix, proxies()),
+    "203.0.113.5",
+  );
+  // Entries left of the proxy's own are the client's word: only the
+  // rightmost untrusted one counts, as behind a trusted TCP proxy.
+  assert.equal(
+    clientAddress(request("6.6.6.6, 203.0.113.5"), unix, proxies()),
+    "203.0.113.5",
+  );
+  assert.equal(
+    clientAddress(
+      request("6.6.6.6, 203.0.113.5, 10.0.0.2"),
+      unix,
+      proxies("10.0.0.0/24"),
+    ),
+    "203.0.113.5",
+  );
+  assert.equal(clientAddress(request(), unix, proxies()), "unix");
+  assert.equal(clientAddress(request("junk"), unix, proxies()), "unix");
+});

@@ -18,6 +18,8 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
   assert.deepEqual(readConfig(env({})), {
     port: 8000,
     hostname: "0.0.0.0",
+    reusePort: false,
+    socketPath: null,
     store: { kind: "kv", path: "./data/keys.db" },
     trustedProxies: [],
     lockout: { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 },
@@ -199,4 +201,35 @@ Deno.test("envFileNames reads the names .env defines, export lines included, and
     "DENO_KV_PATH",
     "PORT",
   ]);
+});
+
+Deno.test("readConfig() shares the port only with REUSE_PORT=1", () => {
+  assert.equal(readConfig(env({ REUSE_PORT: "1" })).reusePort, true);
+  assert.equal(readConfig(env({ REUSE_PORT: "0" })).reusePort, false);
+  assert.throws(
+    () => readConfig(env({ REUSE_PORT: "yes" })),
+    /^ConfigError: REUSE_PORT must be a whole number from 0 to 1/,
+  );
+});
+
+Deno.test("readConfig() takes SOCKET_PATH as an absolute path that fits a Unix socket address", () => {
+  assert.equal(
+    readConfig(env({ SOCKET_PATH: "/run/integration/service.sock" }))
+      .socketPath,
+    "/run/integration/service.sock",
+  );
+  for (
+    const bad of [
+      "service.sock",
+      "./data/s.sock",
+      "/run/",
+      "/" + "a".repeat(107),
+    ]
+  ) {
+    assert.throws(
+      () => readConfig(env({ SOCKET_PATH: bad })),
+      /^ConfigError: SOCKET_PATH must be an absolute file path/,
+      bad,
+    );
+  }
 });

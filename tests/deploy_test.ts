@@ -169,6 +169,7 @@ Deno.test("the binary gets the permissions the start task derives for the same c
     assert.equal(compile.entrypoint, task.entrypoint);
     assert.deepEqual(compile.scriptArgs, []);
     assert.ok(compile.flags.includes("--unstable-kv"), "--unstable-kv");
+    assert.ok(compile.flags.includes("--unstable-net"), "--unstable-net");
     const v8 = (c: DenoCommand) =>
       c.flags.filter((f) => f.startsWith("--v8-flags"));
     assert.deepEqual(v8(compile), v8(task));
@@ -291,6 +292,11 @@ Deno.test("the image copies every module the server and the console load, and ca
   );
   // The start command has no --unstable-kv: it relies on deno.json, which the image copies.
   assert.ok(DENO_JSON.unstable?.includes("kv"), 'deno.json "unstable": ["kv"]');
+  // REUSE_PORT: Deno.listen's reusePort.
+  assert.ok(
+    DENO_JSON.unstable?.includes("net"),
+    'deno.json "unstable": ["net"]',
+  );
 });
 
 Deno.test(".dockerignore keeps the store, secrets, history and tests out of the build context", () => {

@@ -33,16 +33,25 @@ if (!ready) {
   );
 }
 
-/** The shipped file with only its "SET" lines and the header timeout changed. */
+/**
+ * The shipped file with only its "SET" lines and the header timeout
+ * changed; `service` is the service's port, or its Unix socket's path.
+ */
 async function nginxConfig(
   folder: string,
-  service: number,
+  service: number | string,
   port: number,
   headerTimeout: string,
 ): Promise<string> {
   const shipped = await Deno.readTextFile(CONFIG);
+  const upstream = typeof service === "number"
+    ? `127.0.0.1:${service}`
+    : `unix:${service} max_conns=512`;
   const config = shipped
-    .replace("server 127.0.0.1:8000;", `server 127.0.0.1:${service};`)
+    .replace(
+      "server unix:/run/integration/service.sock max_conns=512;",
+      `server ${upstream};`,
+    )
     .replace("listen 443 ssl http2;", `listen 127.0.0.1:${port} ssl http2;`)
     .replace("/etc/integration/tls/cert.pem", `${folder}/cert.pem`)
     .replace("/etc/integration/tls/key.pem", `${folder}/key.pem`)
@@ -55,7 +64,7 @@ async function nginxConfig(
     // would refuse outright: raised so the handshake bound is what is tested.
     .replace("limit_conn per_address 100;", "limit_conn per_address 5000;");
   assert.notEqual(config, shipped);
-  for (const moved of [`127.0.0.1:${service}`, `127.0.0.1:${port}`, folder]) {
+  for (const moved of [upstream, `127.0.0.1:${port}`, folder]) {
     assert.ok(
       config.includes(moved),
       `deploy/nginx.conf no longer has ${moved}`,
@@ -82,28 +91,38 @@ async function untilListening(port: number): Promise<void> {
   }
 }
 
-Deno.test({
-  name:
-    "behind deploy/nginx.conf, 1 100 connections that never start TLS are closed by the proxy and valid keys keep getting 200",
-  ignore: !ready,
-  async fn() {
+/**
+ * The TLS flood, the honest clients and the forged X-Forwarded-For through
+ * nginx, to the service on TCP (TRUSTED_PROXIES=127.0.0.1) or on a Unix
+ * socket (SOCKET_PATH, where the proxy is trusted by construction).
+ */
+async function behindNginx(upstream: "tcp" | "unix"): Promise<void> {
+  {
     using dir = tempDir();
     const tls = `${dir.path}/tls`;
     await Deno.mkdir(tls);
     await makeTlsFiles(tls);
+    const socket = `${dir.path}/service.sock`;
     await using service = await startServer(
       dir.path,
-      {
-        HOST: "127.0.0.1",
-        TRUSTED_PROXIES: "127.0.0.1",
-        LOCKOUT_MAX_FAILURES: "3",
-      },
+      upstream === "tcp"
+        ? {
+          HOST: "127.0.0.1",
+          TRUSTED_PROXIES: "127.0.0.1",
+          LOCKOUT_MAX_FAILURES: "3",
+        }
+        : { SOCKET_PATH: socket, LOCKOUT_MAX_FAILURES: "3" },
       "start",
       { openFiles: 1024 },
     );
     const { key, id } = await createKey(dir.path, "behind-proxy");
     const port = freePort();
-    const config = await nginxConfig(tls, service.port, port, "2s");
+    const config = await nginxConfig(
+      tls,
+      upstream === "tcp" ? service.port : socket,
+      port,
+      "2s",
+    );
     const nginx = new Deno.Command("nginx", {
       args: [
         "-p",
@@ -189,8 +208,28 @@ Deno.test({
       await new Response(nginx.stderr).text();
     }
     assert.doesNotMatch(service.output(), /"client":"203\.0\.113/);
+    // The client nginx names, not the socket or the proxy's own address.
+    assert.match(service.output(), /"client":"127\.0\.0\.1","apiKeyId"/);
     // nginx logs only critical errors: no request line, so no query string.
     const errors = await Deno.readTextFile(`${tls}/error.log`).catch(() => "");
     assert.ok(!errors.includes(key.slice(4)), "a key in nginx's error log");
-  },
+    if (upstream === "unix") {
+      await service.stop();
+      await assert.rejects(Deno.lstat(socket), Deno.errors.NotFound);
+    }
+  }
+}
+
+Deno.test({
+  name:
+    "behind deploy/nginx.conf, 1 100 connections that never start TLS are closed by the proxy and valid keys keep getting 200",
+  ignore: !ready,
+  fn: () => behindNginx("tcp"),
+});
+
+Deno.test({
+  name:
+    "behind deploy/nginx.conf on a Unix socket (SOCKET_PATH), the same: the proxy sheds the flood, valid keys get 200, the lock-out counts the client nginx names, and the socket is removed on stop",
+  ignore: !ready,
+  fn: () => behindNginx("unix"),
 });
