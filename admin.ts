@@ -22,7 +22,7 @@ import {
   processEnv,
   readStoreLocation,
   type StoreLocation,
-} from "./lib/config.ts";
+} from "./lib/server/config.ts";
 import {
   acknowledged,
   WaitInterruptedError,
@@ -46,7 +46,7 @@ import {
   consoleGrants,
   requireGrants,
   variableGrants,
-} from "./lib/permissions.ts";
+} from "./lib/server/permissions.ts";
 
 /** Commands that take the store as it is: a backup holds lifetimes as they stand. */
 const NO_RETIRING = new Set(["export", "import"]);
@@ -97,7 +97,7 @@ export async function main(
     const files = parsed.command.files?.(parsed.positionals);
     requireGrants(consoleGrants(location, files), refusal);
     // Every change waits until each running server has dropped what it
-    // replaced, or that server's lease has run out (lib/lease.ts).
+    // replaced, or that server's lease has run out (lib/auth/lease.ts).
     store = acknowledged(await (options.open ?? openStore)(location), {
       signal: interrupt.signal,
       onCommitted: () => listen(true),

@@ -24,7 +24,7 @@
  * @module
  */
 
-import { KEY_PATTERN } from "./lib/api_key.ts";
+import { KEY_PATTERN } from "./lib/auth/api_key.ts";
 import { runCheck, type RunCheckOptions } from "./lib/check/call.ts";
 import {
   CheckConfigError,

@@ -5,36 +5,35 @@
  * @module
  */
 
-import { BackgroundWrites } from "./lib/_background.ts";
+import { BackgroundWrites } from "./lib/util/background.ts";
 import {
   ConfigError,
   envFileNames,
   processEnv,
   readConfig,
-} from "./lib/config.ts";
-import { createHandler } from "./lib/handler.ts";
-import { LastUsedRecorder } from "./lib/last_used.ts";
-import { Lease } from "./lib/lease.ts";
-import { LockoutTracker } from "./lib/lockout.ts";
+} from "./lib/server/config.ts";
+import { createHandler } from "./lib/server/handler.ts";
+import { LastUsedRecorder } from "./lib/usage/last_used.ts";
+import { Lease } from "./lib/auth/lease.ts";
+import { LockoutTracker } from "./lib/auth/lockout.ts";
 import {
   PermissionsMissingError,
   requireGrants,
   SERVER_VARIABLES,
   serverGrants,
   variableGrants,
-} from "./lib/permissions.ts";
-import { JsonLog } from "./lib/log.ts";
+} from "./lib/server/permissions.ts";
+import { JsonLog } from "./lib/http/log.ts";
 import {
   type GuardedServer,
   serveGuarded,
-  serveOnSocket,
   ServeUnsupportedError,
-  SocketPathError,
-} from "./lib/serve.ts";
+} from "./lib/server/serve.ts";
+import { serveOnSocket, SocketPathError } from "./lib/server/socket.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
 import { counted } from "./lib/store/counted.ts";
 import { openStore } from "./lib/store/open.ts";
-import { UsageRecorder } from "./lib/usage.ts";
+import { UsageRecorder } from "./lib/usage/networks.ts";
 
 /** The start task's own flags, for the command a refusal prints. */
 const RUN_FLAGS = ["-q", "--no-prompt", "--env-file"];
@@ -97,7 +96,7 @@ export async function serve(): Promise<void> {
   };
   const onEvent = (event: Record<string, unknown>) => log.write(event);
   // Behind nginx on a socket only it can open, Deno's own path (see
-  // lib/serve.ts); anywhere a port is exposed, the connection guard.
+  // lib/server/serve.ts); anywhere a port is exposed, the connection guard.
   const server: GuardedServer = config.socketPath !== null
     ? await serveOnSocket(handler, {
       path: config.socketPath,

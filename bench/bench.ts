@@ -45,8 +45,8 @@
  * @module
  */
 
-import { generateApiKey } from "../lib/api_key.ts";
-import type { StoreLocation } from "../lib/config.ts";
+import { generateApiKey } from "../lib/auth/api_key.ts";
+import type { StoreLocation } from "../lib/server/config.ts";
 import { openStore } from "../lib/store/open.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";

@@ -13,7 +13,7 @@
  * @module
  */
 
-import { generateApiKey } from "../lib/api_key.ts";
+import { generateApiKey } from "../lib/auth/api_key.ts";
 
 /** One measured pair of floods. */
 export interface FloodResult {

@@ -1,6 +1,6 @@
 /**
  * The same serving layer as the service, without the key check: the
- * connection guard with the start task's limits (lib/serve.ts), the router
+ * connection guard with the start task's limits (lib/server/serve.ts), the router
  * with its request log, request id and telemetry (lib/http/router.ts), and
  * the connection check's JSON from a route with `auth: "none"`. The
  * benchmark's row (f): what the key check costs is (b) against this.
@@ -13,8 +13,8 @@
 import { createAuthenticator } from "../lib/http/authenticate.ts";
 import { json } from "../lib/http/responses.ts";
 import { createRouter } from "../lib/http/router.ts";
-import { JsonLog } from "../lib/log.ts";
-import { serveGuarded } from "../lib/serve.ts";
+import { JsonLog } from "../lib/http/log.ts";
+import { serveGuarded } from "../lib/server/serve.ts";
 import { openStore } from "../lib/store/open.ts";
 
 const port = Number(Deno.env.get("PORT") ?? 8002);

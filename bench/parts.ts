@@ -21,22 +21,22 @@ import {
   generateApiKey,
   hashApiKey,
   isWellFormedApiKey,
-} from "../lib/api_key.ts";
-import { clientAddress, lockoutKey } from "../lib/client_address.ts";
-import { createHandler } from "../lib/handler.ts";
+} from "../lib/auth/api_key.ts";
+import { clientAddress, lockoutKey } from "../lib/net/client_address.ts";
+import { createHandler } from "../lib/server/handler.ts";
 import { createAuthenticator } from "../lib/http/authenticate.ts";
 import { json } from "../lib/http/responses.ts";
 import { createRouter } from "../lib/http/router.ts";
 import { urlCarriesCredential } from "../lib/http/url_credentials.ts";
-import { parseCidr } from "../lib/ip.ts";
-import { KeyLookup } from "../lib/key_lookup.ts";
-import { LastUsedRecorder } from "../lib/last_used.ts";
-import { Lease } from "../lib/lease.ts";
-import { LockoutTracker } from "../lib/lockout.ts";
-import { JsonLog } from "../lib/log.ts";
+import { parseCidr } from "../lib/net/ip.ts";
+import { KeyLookup } from "../lib/auth/key_lookup.ts";
+import { LastUsedRecorder } from "../lib/usage/last_used.ts";
+import { Lease } from "../lib/auth/lease.ts";
+import { LockoutTracker } from "../lib/auth/lockout.ts";
+import { JsonLog } from "../lib/http/log.ts";
 import { openStore } from "../lib/store/open.ts";
-import { annotateRequest, countOutcome } from "../lib/telemetry.ts";
-import { UsageRecorder } from "../lib/usage.ts";
+import { annotateRequest, countOutcome } from "../lib/http/telemetry.ts";
+import { UsageRecorder } from "../lib/usage/networks.ts";
 
 const PART_MS = Number(Deno.env.get("PARTS_MS") ?? 300);
 const ROUTE = "/api/v1/integration/connection";

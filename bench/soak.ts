@@ -19,7 +19,7 @@
  * @module
  */
 
-import { generateApiKey } from "../lib/api_key.ts";
+import { generateApiKey } from "../lib/auth/api_key.ts";
 import {
   createKey,
   keys,

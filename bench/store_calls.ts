@@ -3,7 +3,7 @@
  * reports it: the server's store calls by method, from the last line it
  * logs on SIGTERM (main.ts), per 1 000 requests it served in the block.
  *
- * With leases (lib/lease.ts) a request for a known key reads nothing: the
+ * With leases (lib/auth/lease.ts) a request for a known key reads nothing: the
  * request path's read (`findByHashAt`) should stay near zero, and the
  * lease's and key index's own reads (polls, changes, revision, the index's
  * key list) follow time and changes, not traffic, so they too fall per

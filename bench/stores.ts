@@ -9,7 +9,7 @@
  */
 
 import type postgres from "postgres";
-import type { StoreLocation } from "../lib/config.ts";
+import type { StoreLocation } from "../lib/server/config.ts";
 
 /** An empty store for one block of rows, and how the servers reach it. */
 export interface BenchStore extends AsyncDisposable {

@@ -1,7 +1,7 @@
 /**
  * `deno task compile`: the single binary, with the permissions the
  * configuration in the environment needs (the same derivation as
- * `deno task start`, from lib/permissions.ts) and the start task's V8 flags,
+ * `deno task start`, from lib/server/permissions.ts) and the start task's V8 flags,
  * read from deno.json so they are written once. A binary cannot derive its
  * permissions when it starts, so it is compiled for one configuration and
  * refuses another with the command that compiles it again.
@@ -18,12 +18,12 @@ import {
   type EnvReader,
   processEnv,
   readConfig,
-} from "../lib/config.ts";
+} from "../lib/server/config.ts";
 import {
   type Grant,
   permissionFlags,
   serverGrants,
-} from "../lib/permissions.ts";
+} from "../lib/server/permissions.ts";
 
 /** The start task's V8 flags, from deno.json. */
 export function v8Flags(denoJson: { tasks: Record<string, string> }): string[] {

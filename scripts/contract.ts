@@ -2,7 +2,7 @@
  * `deno task contract`: writes `openapi.json` from the route table
  * (lib/routes/table.ts) and the router's own answers (lib/http/contract.ts).
  * Run it after changing a route or its contract, and commit the result:
- * tests/route_contract_test.ts fails while the committed file differs.
+ * tests/contract/route_contract_test.ts fails while the committed file differs.
  * `--check` writes nothing and exits 1 when the file is out of date.
  *
  * @module

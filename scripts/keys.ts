@@ -16,7 +16,7 @@ import {
   type EnvReader,
   processEnv,
   readStoreLocation,
-} from "../lib/config.ts";
+} from "../lib/server/config.ts";
 import { parse } from "../lib/console/_parse.ts";
 import { COMMANDS } from "../lib/console/commands.ts";
 import {
@@ -26,7 +26,7 @@ import {
   type Grant,
   permissionFlags,
   variableGrants,
-} from "../lib/permissions.ts";
+} from "../lib/server/permissions.ts";
 
 const ADMIN = new URL("../admin.ts", import.meta.url);
 

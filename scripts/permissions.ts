@@ -17,7 +17,7 @@ import {
   type EnvReader,
   processEnv,
   readConfig,
-} from "../lib/config.ts";
+} from "../lib/server/config.ts";
 import {
   ENV_FILE_GRANT,
   type Grant,
@@ -25,7 +25,7 @@ import {
   SERVER_VARIABLES,
   serverGrants,
   variableGrants,
-} from "../lib/permissions.ts";
+} from "../lib/server/permissions.ts";
 
 /**
  * What the task runner would split (whitespace) or expand as a glob (`*`,

@@ -6,7 +6,11 @@
  * @module
  */
 
-import { isWellFormedApiKey, KEY_LENGTH, KEY_PATTERN } from "../api_key.ts";
+import {
+  isWellFormedApiKey,
+  KEY_LENGTH,
+  KEY_PATTERN,
+} from "../auth/api_key.ts";
 import { CONNECTION_PATH } from "../routes/connection.ts";
 
 /** The route this check calls, below the base URL. */
@@ -193,7 +197,7 @@ export function readKeyQuietly(env: EnvReader): string {
 /**
  * Reads the process environment, where a variable the check may not read is
  * a configuration error naming the task to run; unlike the server's reader
- * in `lib/config.ts`, which treats it as unset, since here a missing
+ * in `lib/server/config.ts`, which treats it as unset, since here a missing
  * permission would otherwise read as a missing key.
  */
 export function strictProcessEnv(name: string): string | undefined {

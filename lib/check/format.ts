@@ -6,8 +6,8 @@
  * @module
  */
 
-import { decodeAsciiEscapes, stillEscaped } from "../_ascii_escapes.ts";
-import { escapeControlCharacters } from "../_control_characters.ts";
+import { decodeAsciiEscapes, stillEscaped } from "../util/ascii_escapes.ts";
+import { escapeControlCharacters } from "../util/control_characters.ts";
 import type { CheckOutcome } from "./outcome.ts";
 import { milliseconds, plain, signed } from "./_units.ts";
 

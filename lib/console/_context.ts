@@ -5,7 +5,7 @@
  * @module
  */
 
-import { processEnv } from "../config.ts";
+import { processEnv } from "../server/config.ts";
 import { normalizeActor } from "../store/records.ts";
 import type { KeyStore } from "../store/types.ts";
 import type { Context } from "./command.ts";

@@ -6,7 +6,11 @@
  * @module
  */
 
-import { parseDuration, processEnv, readKeyMaxLifetime } from "../config.ts";
+import {
+  parseDuration,
+  processEnv,
+  readKeyMaxLifetime,
+} from "../server/config.ts";
 import type { Context } from "./command.ts";
 import { UsageError } from "./errors.ts";
 

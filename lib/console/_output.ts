@@ -5,8 +5,8 @@
  * @module
  */
 
-import { escapeControlCharacters } from "../_control_characters.ts";
-import { writeAllSync } from "../_write_all.ts";
+import { escapeControlCharacters } from "../util/control_characters.ts";
+import { writeAllSync } from "../util/write_all.ts";
 
 /** Buffered stdout, so that a listing of 100 000 keys is not 100 000 writes. */
 export class Output {

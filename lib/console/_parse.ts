@@ -11,7 +11,7 @@
  * @module
  */
 
-import { looksLikeApiKey } from "../api_key.ts";
+import { looksLikeApiKey } from "../auth/api_key.ts";
 import { MAX_KEY_ID } from "../store/records.ts";
 import { type Command, type Context, KEY_ARGUMENT } from "./command.ts";
 import { KeyArgumentError, UsageError } from "./errors.ts";

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { writeAll } from "../_write_all.ts";
+import { writeAll } from "../util/write_all.ts";
 import { CommandError } from "./errors.ts";
 import { safeLines } from "./_output.ts";
 

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { escapeControlCharacters } from "../_control_characters.ts";
+import { escapeControlCharacters } from "../util/control_characters.ts";
 
 /** One column: heading, width, and how to take the cell from a row. */
 export interface Column<T> {

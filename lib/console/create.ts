@@ -4,7 +4,7 @@
  * @module
  */
 
-import { generateApiKey } from "../api_key.ts";
+import { generateApiKey } from "../auth/api_key.ts";
 import {
   normalizeEmail,
   normalizeName,

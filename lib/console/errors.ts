@@ -6,9 +6,9 @@
  * @module
  */
 
-import { ConfigError } from "../config.ts";
+import { ConfigError } from "../server/config.ts";
 import { BackupError, type BackupErrorCode } from "./backup/mod.ts";
-import { PermissionsMissingError } from "../permissions.ts";
+import { PermissionsMissingError } from "../server/permissions.ts";
 import { describeStoreError } from "./store_errors.ts";
 import {
   type StoreInputCode,

@@ -7,9 +7,13 @@
  * @module
  */
 
-import { hashApiKey, isWellFormedApiKey, KEY_PATTERN } from "../api_key.ts";
+import {
+  hashApiKey,
+  isWellFormedApiKey,
+  KEY_PATTERN,
+} from "../auth/api_key.ts";
 import { recordAt } from "../store/expiry.ts";
-import { writeAll } from "../_write_all.ts";
+import { writeAll } from "../util/write_all.ts";
 import { type Command, STDIO } from "./command.ts";
 import { CommandError, UsageError } from "./errors.ts";
 import { named } from "./_records.ts";

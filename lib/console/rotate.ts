@@ -5,7 +5,7 @@
  * @module
  */
 
-import { generateApiKey } from "../api_key.ts";
+import { generateApiKey } from "../auth/api_key.ts";
 import { KeyCollisionError, StoreUnavailableError } from "../store/errors.ts";
 import { publicRecord } from "../store/records.ts";
 import type {

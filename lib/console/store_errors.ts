@@ -5,9 +5,9 @@
  * @module
  */
 
-import { escapeControlCharacters } from "../_control_characters.ts";
-import { RANGE_PROBLEMS } from "../config.ts";
-import { cidrProblem } from "../ip.ts";
+import { escapeControlCharacters } from "../util/control_characters.ts";
+import { RANGE_PROBLEMS } from "../server/config.ts";
+import { cidrProblem } from "../net/ip.ts";
 import {
   ImportAuditError,
   type ImportDefect,

@@ -7,7 +7,7 @@
  * turn cost about 100 µs of the main thread; with the later requests of a
  * turn waiting for the next one together, about 48 µs, and 2.3 times the
  * throughput. Most of a request's cost is outside JavaScript (Deno's HTTP
- * engine and the accept loop's per-connection servers, lib/serve.ts) and is
+ * engine and the accept loop's per-connection servers, lib/server/serve.ts) and is
  * paid per turn as much as per request. Until leases, the shared store read
  * batched requests this way by accident.
  *

@@ -4,12 +4,12 @@
  *
  * 1. lock-out: a locked client gets 429 before any hashing or store read;
  * 2. the key's format, then its hash, the index of stored hashes and the
- *    lookup, from memory under this process's lease (lib/key_lookup.ts);
+ *    lookup, from memory under this process's lease (lib/auth/key_lookup.ts);
  * 3. a failure is counted toward the lock-out, and answered 401 (or 429
  *    when an earlier failure of the same burst locked the client meanwhile);
  * 4. a key used from outside its `allowFrom` is refused exactly as an
  *    invalid key is (same 401, counted toward the lock-out), logged and
- *    noted on the key (lib/usage.ts);
+ *    noted on the key (lib/usage/networks.ts);
  * 5. a success is noted (last used, the network, a client known to be
  *    honest) and the key's record handed to the route.
  *
@@ -19,17 +19,21 @@
  * @module
  */
 
-import { lockoutKey } from "../client_address.ts";
-import { type AuthFailure, KeyLookup } from "../key_lookup.ts";
-import type { LastUsedRecorder } from "../last_used.ts";
-import type { Lease } from "../lease.ts";
-import { DEFAULT_LOCKOUT, type LockEvent, LockoutTracker } from "../lockout.ts";
-import { Retirements } from "../retirement.ts";
+import { lockoutKey } from "../net/client_address.ts";
+import { type AuthFailure, KeyLookup } from "../auth/key_lookup.ts";
+import type { LastUsedRecorder } from "../usage/last_used.ts";
+import type { Lease } from "../auth/lease.ts";
+import {
+  DEFAULT_LOCKOUT,
+  type LockEvent,
+  LockoutTracker,
+} from "../auth/lockout.ts";
+import { Retirements } from "../auth/retirement.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
-import type { BackgroundWrites } from "../_background.ts";
-import { countOutcome } from "../telemetry.ts";
-import { allowedFrom, type UsageRecorder } from "../usage.ts";
+import type { BackgroundWrites } from "../util/background.ts";
+import { countOutcome } from "./telemetry.ts";
+import { allowedFrom, type UsageRecorder } from "../usage/networks.ts";
 import {
   API_KEY_HEADER,
   keyInUrl,
@@ -44,7 +48,7 @@ export type AuthDecision =
 
 /** Options of {@linkcode createAuthenticator}. */
 export interface AuthenticatorOptions {
-  /** Default: the configuration's defaults (DEFAULT_LOCKOUT in lib/lockout.ts). */
+  /** Default: the configuration's defaults (DEFAULT_LOCKOUT in lib/auth/lockout.ts). */
   lockout?: LockoutTracker;
   /** Notes which keys are used; written off the request path. */
   lastUsed?: LastUsedRecorder;

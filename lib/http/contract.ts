@@ -1,7 +1,7 @@
 /**
  * The contract follows the route table: `openapi.json` is built here from
  * the routes the service serves (`deno task contract` writes it, and
- * tests/route_contract_test.ts fails when the committed file differs).
+ * tests/contract/route_contract_test.ts fails when the committed file differs).
  *
  * A route declares only what is its own: a title, the operations it answers
  * and the answers its handlers give. What the router gives every route is

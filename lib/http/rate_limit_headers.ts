@@ -11,7 +11,7 @@
  * @module
  */
 
-import type { RateDecision, RateLimit } from "../rate_limit.ts";
+import type { RateDecision, RateLimit } from "../auth/rate_limit.ts";
 
 /** The name of the policy in both fields: a key's own limit. */
 export const RATE_POLICY = "key";

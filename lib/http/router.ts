@@ -20,12 +20,12 @@
  */
 
 import { Turns } from "./_turns.ts";
-import { clientAddress } from "../client_address.ts";
-import type { Cidr } from "../ip.ts";
-import type { RequestLogLine } from "../log.ts";
+import { clientAddress } from "../net/client_address.ts";
+import type { Cidr } from "../net/ip.ts";
+import type { RequestLogLine } from "./log.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord } from "../store/types.ts";
-import { annotateRequest } from "../telemetry.ts";
+import { annotateRequest } from "./telemetry.ts";
 import type { Authenticator } from "./authenticate.ts";
 import {
   internalError,

@@ -6,8 +6,8 @@
  * @module
  */
 
-import { decodeAsciiEscapes, stillEscaped } from "../_ascii_escapes.ts";
-import { KEY_PATTERN } from "../api_key.ts";
+import { decodeAsciiEscapes, stillEscaped } from "../util/ascii_escapes.ts";
+import { KEY_PATTERN } from "../auth/api_key.ts";
 
 /** Query parameter names that mean "a credential", compared without case, `-` or `_`. */
 const CREDENTIAL_NAMES = new Set([

@@ -1,6 +1,6 @@
 /**
  * The route table: every route the service serves, each with its contract.
- * The router serves it (lib/handler.ts), `openapi.json` is generated from it
+ * The router serves it (lib/server/handler.ts), `openapi.json` is generated from it
  * (`deno task contract`, lib/http/contract.ts), and the tests that cover
  * every route read their paths from it. A new route is one line here.
  *

@@ -1,5 +1,5 @@
 /**
- * The writer's half of the lease protocol (lib/lease.ts): a change returns
+ * The writer's half of the lease protocol (lib/auth/lease.ts): a change returns
  * only once every registered server has acknowledged it, or that server's
  * lease has run out, so that no request sent afterwards is answered with
  * what the change replaced.
@@ -12,7 +12,7 @@
  */
 
 import { LEASE_MS } from "./registrations.ts";
-import { bounded } from "../_bounded.ts";
+import { bounded } from "../util/bounded.ts";
 import type { AcknowledgeReport, Lapsed } from "./change.ts";
 import type { KeyService } from "./keys.ts";
 import type { InstanceRecord, KeyStore } from "./types.ts";
@@ -207,7 +207,7 @@ export async function awaitAcknowledgement(
 
 /**
  * The lease a registration claims, as far as it can be true: no server takes
- * one longer than LEASE_MS (lib/lease.ts refuses it), so a longer or absurd
+ * one longer than LEASE_MS (lib/auth/lease.ts refuses it), so a longer or absurd
  * claim, from a buggy or hostile writer, cannot hold every change up.
  */
 function leaseOf(instance: InstanceRecord): number {

@@ -3,7 +3,7 @@
  * time reads everywhere (revoked as of it, whether or not a store has
  * written so yet), and the one way its revocation is written down, by the
  * server that meets such a key and by the console before a command. The
- * request-time check (lib/key_lookup.ts), the readers (`keys list`, `show`),
+ * request-time check (lib/auth/key_lookup.ts), the readers (`keys list`, `show`),
  * the stores' index of deadlines and both writers all go through here.
  *
  * @module

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { pathExists } from "../_exists.ts";
+import { pathExists } from "../util/exists.ts";
 import { DEFAULT_KV_PATH } from "./location.ts";
 import type { HashRead, StoreBackend } from "./backend.ts";
 import { withUsage } from "./backend.ts";

@@ -9,7 +9,7 @@
 import {
   escapeControlCharacters,
   hasControlCharacters,
-} from "../_control_characters.ts";
+} from "../util/control_characters.ts";
 import { InvalidFieldError, RotateRetiringError } from "./errors.ts";
 import {
   EXPIRED_REASON,

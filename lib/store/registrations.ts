@@ -11,7 +11,7 @@ import type { InstanceRecord } from "./types.ts";
 
 /**
  * How long a server's lease lasts unless set, and the longest any counts as
- * (lib/lease.ts): a change waits at most this for a paused server.
+ * (lib/auth/lease.ts): a change waits at most this for a paused server.
  */
 export const LEASE_MS = 3000;
 

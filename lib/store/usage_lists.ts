@@ -7,7 +7,7 @@
  * @module
  */
 
-import { formatCidr, parseCidr } from "../ip.ts";
+import { formatCidr, parseCidr } from "../net/ip.ts";
 import { InvalidFieldError } from "./errors.ts";
 import type { NetworkUse, RefusedUse } from "./types.ts";
 

@@ -1,5 +1,5 @@
 /**
- * The lease protocol (lib/lease.ts, lib/store/acknowledged.ts) against each
+ * The lease protocol (lib/auth/lease.ts, lib/store/acknowledged.ts) against each
  * real store: the registry's conditional writes, the change feed, and
  * servers in one process that answer from memory yet never accept a key
  * after the change that refused it returned.
@@ -7,9 +7,9 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { generateApiKey } from "../../lib/api_key.ts";
-import { KeyLookup } from "../../lib/key_lookup.ts";
-import { Lease, LEASE_MS } from "../../lib/lease.ts";
+import { generateApiKey } from "../../lib/auth/api_key.ts";
+import { KeyLookup } from "../../lib/auth/key_lookup.ts";
+import { Lease, LEASE_MS } from "../../lib/auth/lease.ts";
 import {
   acknowledged,
   type AcknowledgeReport,

@@ -6,7 +6,7 @@
  * as a `deno run` child with only the permissions it is given.
  *
  * Without the registry, a test that needs them shows as ignored with the
- * reason on stderr, as tests/tls_proxy_test.ts does without nginx; under CI
+ * reason on stderr, as tests/e2e/tls_proxy_test.ts does without nginx; under CI
  * (`CI` set) it runs and fails instead, so that CI never passes without them.
  *
  * @module

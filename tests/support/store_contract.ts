@@ -5,9 +5,9 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { generateApiKey } from "../../lib/api_key.ts";
-import { KeyLookup } from "../../lib/key_lookup.ts";
-import { LastUsedRecorder } from "../../lib/last_used.ts";
+import { generateApiKey } from "../../lib/auth/api_key.ts";
+import { KeyLookup } from "../../lib/auth/key_lookup.ts";
+import { LastUsedRecorder } from "../../lib/usage/last_used.ts";
 import { keyLineAudit } from "../../lib/store/key_line.ts";
 import {
   ImportStateError,

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { generateApiKey } from "../../lib/api_key.ts";
+import { generateApiKey } from "../../lib/auth/api_key.ts";
 import type { KeyRecord, KeyStore } from "../../lib/store/types.ts";
 
 /** A key and the record the store keeps for it. */

@@ -4,8 +4,8 @@
  * @module
  */
 
-import { folderOf } from "../../permissions.ts";
-import { writeAll } from "../../_write_all.ts";
+import { folderOf } from "../../server/permissions.ts";
+import { writeAll } from "../../util/write_all.ts";
 import { BackupError } from "./errors.ts";
 
 export const EXPORT_FORMAT = "integration-service-keys";

@@ -9,7 +9,7 @@
  */
 
 import type { KeyStore } from "../../store/types.ts";
-import { pathExists } from "../../_exists.ts";
+import { pathExists } from "../../util/exists.ts";
 import { BackupError } from "./errors.ts";
 import {
   alreadyThere,

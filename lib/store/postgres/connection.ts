@@ -7,7 +7,7 @@
  */
 
 import postgres from "postgres";
-import { bounded, DeadlineError } from "../../_bounded.ts";
+import { bounded, DeadlineError } from "../../util/bounded.ts";
 import { StoreInputError, StoreUnavailableError } from "../errors.ts";
 
 /** Tuning of the connection pool and its time limits. */

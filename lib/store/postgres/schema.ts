@@ -22,7 +22,7 @@
  * @module
  */
 
-import { bounded } from "../../_bounded.ts";
+import { bounded } from "../../util/bounded.ts";
 import {
   asUnavailable,
   callTimeoutMs,

@@ -25,7 +25,7 @@ import type {
   KeyChanges,
   KeyRecord,
 } from "../types.ts";
-import { bounded } from "../../_bounded.ts";
+import { bounded } from "../../util/bounded.ts";
 import { readRegistration } from "../registrations.ts";
 import {
   asUnavailable,

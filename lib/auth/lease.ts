@@ -1,0 +1,282 @@
+/**
+ * This process's lease on the freshness of what it knows about keys: while
+ * it holds one, a request is answered from memory, with no store read.
+ *
+ * The promise (docs/design.md, "Leases"): a change to a key returns to
+ * whoever made it only once every registered process has acknowledged it,
+ * or that process's lease has run out. So a process may answer from memory
+ * at monotonic time t only if
+ *
+ * 1. its registration was in the store before the read its lease rests on
+ *    (a change made later waits for it, as it finds the registration), and
+ * 2. t < start of that read + lease length, and
+ * 3. the write of its acknowledgement after that read succeeded, conditional
+ *    on the registration's version, so a registration that a change gave up
+ *    on and removed can never be renewed.
+ *
+ * A change made after the read started either waits for this process's
+ * acknowledgement (which the process writes only after dropping what the
+ * change invalidates) or for the lease to end. Without a lease (at start,
+ * store unreachable, paused past the lease, registration removed) every
+ * request waits for a read of the store that started after it arrived, as
+ * before leases: correctness never rests on a timer firing on time.
+ *
+ * @module
+ */
+
+import { LEASE_MS } from "../store/registrations.ts";
+export { LEASE_MS };
+import { Coalesced } from "../util/coalesce.ts";
+import type {
+  InstanceInfo,
+  InstanceRegistry,
+  KeyChanges,
+} from "../store/types.ts";
+
+/** How often the store is asked for changes when it cannot push them. */
+const POLL_MS = 100;
+/** How often when it pushes a notice at every change; the poll makes up lost notices. */
+const POLL_MS_PUSHED = 500;
+
+/** Options of {@linkcode Lease}. */
+export interface LeaseOptions {
+  /** Lease length; {@linkcode LEASE_MS} unless set, and never longer: a change waits at most that long. */
+  leaseMs?: number;
+  /** Poll interval; 100 ms, or 500 ms when the store pushes notices. */
+  pollMs?: number;
+  /** Receives a line when the lease is lost or regained. */
+  log?: (fields: Record<string, unknown>) => void;
+}
+
+/** What {@linkcode Lease} tells those who hold state derived from the store. */
+export type ApplyChanges = (changes: KeyChanges) => Promise<void> | void;
+
+/** The read a catch-up rests on. */
+interface Read {
+  /** Monotonic time at which the read was sent. */
+  started: number;
+  /** The registration's version as read, null when it is gone. */
+  version: string | null;
+}
+
+/** A process's registration and lease. Unstarted, it never holds a lease. */
+export class Lease {
+  #store: InstanceRegistry;
+  #leaseMs: number;
+  #pollMs: number | undefined;
+  #log?: LeaseOptions["log"];
+  #subscribers: ApplyChanges[] = [];
+  #applied = -1n;
+  #sync: Coalesced<Read>;
+  /** Monotonic time the lease ends; -Infinity while none is held. */
+  #until = -Infinity;
+  #info: InstanceInfo | null = null;
+  #version: string | null = null;
+  #running = false;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #ticking: Promise<void> | null = null;
+  #again = false;
+  #unlisten: (() => Promise<void>) | null = null;
+  #lost = false;
+
+  constructor(store: InstanceRegistry, options: LeaseOptions = {}) {
+    this.#store = store;
+    this.#leaseMs = options.leaseMs ?? LEASE_MS;
+    // A writer trusts no longer claim (store/acknowledged.ts): a longer
+    // lease would outlive the wait of a change.
+    if (!(this.#leaseMs > 0 && this.#leaseMs <= LEASE_MS)) {
+      throw new RangeError(
+        `A lease lasts more than 0 and at most ${LEASE_MS} ms, not ${this.#leaseMs}`,
+      );
+    }
+    this.#pollMs = options.pollMs;
+    this.#log = options.log;
+    this.#sync = new Coalesced(() => this.#read());
+  }
+
+  /**
+   * Registers `apply`, called with every batch of changes before they count
+   * as applied: it must drop what they invalidate before it resolves.
+   */
+  subscribe(apply: ApplyChanges): void {
+    this.#subscribers.push(apply);
+  }
+
+  /** Whether requests may be answered from memory now. */
+  get held(): boolean {
+    return performance.now() < this.#until;
+  }
+
+  /** Every change up to this revision has been applied; -1 before the first read. */
+  get applied(): bigint {
+    return this.#applied;
+  }
+
+  /** The registration's id while registered, for logs and tests. */
+  get id(): string | null {
+    return this.#info?.id ?? null;
+  }
+
+  /**
+   * Resolves once every change committed before this call has been applied,
+   * by a read of the store that started after it (shared with whoever else
+   * waits). Throws StoreUnavailableError when the store cannot be read.
+   */
+  async catchUp(): Promise<void> {
+    await this.#sync.get();
+  }
+
+  /**
+   * Registers this process and starts renewing its lease. Resolves after
+   * the first attempt, held or not: a store that cannot be reached now is
+   * tried again on every poll, and requests read the store meanwhile.
+   */
+  async start(): Promise<void> {
+    if (this.#running) return;
+    this.#running = true;
+    this.#pollMs ??= this.#store.onChange ? POLL_MS_PUSHED : POLL_MS;
+    try {
+      this.#unlisten = await this.#store.onChange?.(() => this.poke()) ??
+        null;
+    } catch {
+      // Without notices the poll still sees every change.
+    }
+    this.#ticking = this.#tick();
+    await this.#ticking;
+  }
+
+  /**
+   * Asks the store for changes now rather than at the next poll: after this
+   * process made a change itself, or on a notice.
+   */
+  poke(): void {
+    if (!this.#running) return;
+    if (this.#ticking !== null) {
+      this.#again = true;
+      return;
+    }
+    clearTimeout(this.#timer);
+    this.#ticking = this.#tick();
+  }
+
+  /**
+   * Gives up the lease at once (requests read the store from now on), then
+   * removes the registration, so that no change waits for this process.
+   */
+  async stop(): Promise<void> {
+    this.#running = false;
+    this.#until = -Infinity;
+    clearTimeout(this.#timer);
+    await this.#ticking?.catch(() => {});
+    await this.#unlisten?.().catch(() => {});
+    const id = this.#info?.id;
+    this.#info = null;
+    if (id !== undefined) await this.#store.removeInstance(id).catch(() => {});
+  }
+
+  async #read(): Promise<Read> {
+    const started = performance.now();
+    const { revision, version } = await this.#store.pollInstance(
+      this.#info?.id ?? "",
+    );
+    if (revision > this.#applied) {
+      const changes = await this.#store.changesSince(this.#applied);
+      for (const apply of this.#subscribers) await apply(changes);
+      if (changes.revision > this.#applied) this.#applied = changes.revision;
+    }
+    return { started, version };
+  }
+
+  async #tick(): Promise<void> {
+    try {
+      await this.#renew();
+      // Only once a lease is held again: a tick that found its registration
+      // removed has lost it, not regained it.
+      if (this.#lost && this.held) {
+        this.#lost = false;
+        this.#log?.({ msg: "lease_held", instance: this.#info?.id });
+      }
+    } catch (error) {
+      // The lease held so far still ends on time by itself; requests read
+      // the store after that, and meet the outage there.
+      this.#note("store_unreachable", error);
+    } finally {
+      this.#ticking = null;
+      if (this.#running) {
+        if (this.#again) {
+          this.#again = false;
+          this.#ticking = this.#tick();
+        } else {
+          this.#timer = setTimeout(() => {
+            this.#ticking = this.#tick();
+          }, this.#pollMs);
+        }
+      }
+    }
+  }
+
+  async #renew(): Promise<void> {
+    if (this.#info === null) {
+      // Registered before the read the lease rests on: a change made after
+      // that read finds this registration and waits for it.
+      const info: InstanceInfo = {
+        id: crypto.randomUUID(),
+        host: hostname(),
+        pid: Deno.pid,
+        startedAt: new Date().toISOString(),
+        leaseMs: this.#leaseMs,
+        acked: -1n,
+      };
+      this.#version = await this.#store.registerInstance(info);
+      this.#info = info;
+    }
+    const { started, version } = await this.#sync.get();
+    if (!this.#running) return;
+    // A change gave up waiting and removed it (this process was paused or
+    // cut off past its lease).
+    if (version === null || version !== this.#version) return this.#removed();
+    const info = this.#info!;
+    const due = info.acked < this.#applied ||
+      this.#until - performance.now() < this.#leaseMs / 2;
+    if (!due) return;
+    const next = { ...info, acked: this.#applied };
+    const renewed = await this.#store.renewInstance(next, version);
+    if (renewed === null) return this.#removed();
+    this.#info = next;
+    this.#version = renewed;
+    // From the read's start, not from now: a change committed after the
+    // read began may be one this process has not seen.
+    if (this.#running) this.#until = started + this.#leaseMs;
+  }
+
+  /** The registration is gone: no lease, and register afresh at once. */
+  #removed(): void {
+    this.#info = null;
+    this.#until = -Infinity;
+    this.#note("registration_removed");
+    this.#again = true;
+  }
+
+  #note(reason: string, error?: unknown): void {
+    if (this.#lost) return;
+    this.#lost = true;
+    this.#log?.({
+      msg: "lease_lost",
+      reason,
+      ...(error === undefined
+        ? {}
+        : { error: error instanceof Error ? error.name : typeof error }),
+    });
+  }
+}
+
+/** The host name when the process may read it; "" otherwise. */
+function hostname(): string {
+  try {
+    const state = Deno.permissions.querySync({ name: "sys", kind: "hostname" })
+      .state;
+    return state === "granted" ? Deno.hostname() : "";
+  } catch {
+    return "";
+  }
+}

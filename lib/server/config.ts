@@ -1,0 +1,402 @@
+/**
+ * Reads the service's configuration from environment variables.
+ *
+ * Every variable is parsed in one place so that a bad value stops the start
+ * with one line naming the variable and what it accepts, before anything
+ * listens or opens the store.
+ *
+ * @module
+ */
+
+import { DEFAULT_KV_PATH, type StoreLocation } from "../store/location.ts";
+export { DEFAULT_KV_PATH, type StoreLocation };
+import { DEFAULT_LOCKOUT } from "../auth/lockout.ts";
+export { DEFAULT_LOCKOUT };
+import {
+  type Cidr,
+  type CidrProblem,
+  cidrProblem,
+  parseCidr,
+} from "../net/ip.ts";
+
+/** What is wrong with a range, in the words of a configuration message. */
+export const RANGE_PROBLEMS: Record<CidrProblem, string> = {
+  not_an_address: "that is no IPv4 or IPv6 address",
+  prefix_malformed:
+    "its prefix length after / must be a number without a leading zero",
+  prefix_too_long: "its prefix length is at most 32 for IPv4 and 128 for IPv6",
+  host_bits_set:
+    "its host bits must be zero: write the network's first address, such as 10.0.0.0/8",
+};
+
+/** The server's configuration, fully parsed and validated. */
+export interface Config {
+  /** TCP port to listen on. */
+  port: number;
+  /** Address to listen on. */
+  hostname: string;
+  /**
+   * Share the port with other server processes on this host (SO_REUSEPORT,
+   * Linux): the kernel spreads new connections over them, one core each.
+   */
+  reusePort: boolean;
+  /**
+   * A Unix socket to listen on instead of HOST:PORT, for a proxy on the same
+   * host (deploy/nginx.conf); null to listen on TCP.
+   */
+  socketPath: string | null;
+  /** The store the keys are kept in. */
+  store: StoreLocation;
+  /**
+   * The reverse proxies whose X-Forwarded-For is believed. Empty: the header
+   * is ignored and the client is the TCP peer.
+   */
+  trustedProxies: Cidr[];
+  /** Lock-out of clients that keep failing authentication. */
+  lockout: { maxFailures: number; windowSeconds: number; lockSeconds: number };
+  /** Certificate and private key files (PEM) when the server speaks HTTPS itself. */
+  tls: { certFile: string; keyFile: string } | null;
+  /** Bounds on connections, so idle or slow clients cannot exhaust the server. */
+  connections: {
+    headerTimeoutSeconds: number;
+    idleTimeoutSeconds: number;
+    maxConnections: number;
+  };
+}
+
+/** A bad configuration value; its message is meant for the operator as is. */
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+/** Reads one variable; returns undefined when unset. */
+export type EnvReader = (name: string) => string | undefined;
+
+/** Options of {@linkcode readStoreLocation} and {@linkcode readConfig}. */
+export interface ReadOptions {
+  /**
+   * The variables the `.env` file defines ({@linkcode envFileNames}), asked
+   * only to word a conflict: a variable set there is easily forgotten.
+   */
+  envFileNames?: () => ReadonlySet<string>;
+}
+
+/**
+ * The names the `.env` file in the working folder defines, which the tasks
+ * load with Deno's `--env-file`; empty when there is none or it may not be
+ * read (the tasks grant reading it only when the configuration is wrong).
+ */
+export function envFileNames(
+  options: { path?: string } = {},
+): ReadonlySet<string> {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(options.path ?? ".env");
+  } catch {
+    return new Set();
+  }
+  const names = new Set<string>();
+  for (const line of text.split(/\r?\n/)) {
+    const name = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=/.exec(line)
+      ?.[1];
+    if (name !== undefined) names.add(name);
+  }
+  return names;
+}
+
+/**
+ * The store location alone, for the admin console, which does not listen:
+ * PostgreSQL when `DATABASE_URL` is set, else Deno KV at `DENO_KV_PATH`.
+ */
+export function readStoreLocation(
+  env: EnvReader,
+  options: ReadOptions = {},
+): StoreLocation {
+  const url = nonEmpty(env, "DATABASE_URL");
+  if (url !== undefined) {
+    if (nonEmpty(env, "DENO_KV_PATH") !== undefined) {
+      // Either alone is clear; both would leave keys where nobody looks.
+      throw new ConfigError(bothStores(options.envFileNames?.() ?? new Set()));
+    }
+    return { kind: "postgres", url: postgresUrl(url) };
+  }
+  const path = nonEmpty(env, "DENO_KV_PATH") ?? DEFAULT_KV_PATH;
+  if (!isKvPath(path)) {
+    throw new ConfigError(
+      `DENO_KV_PATH must be a file path, ":memory:" or a URL, not ${
+        JSON.stringify(path)
+      }`,
+    );
+  }
+  return { kind: "kv", path };
+}
+
+/**
+ * The message for DATABASE_URL and DENO_KV_PATH both set, saying which comes
+ * from `.env`: with one in the shell and the other in `.env` (a move to
+ * PostgreSQL, run in the old checkout), "unset one" alone finds nothing.
+ */
+function bothStores(inFile: ReadonlySet<string>): string {
+  const both = "DATABASE_URL and DENO_KV_PATH";
+  const reason = "as the keys live in one store";
+  const fromFile = ["DATABASE_URL", "DENO_KV_PATH"].filter((n) =>
+    inFile.has(n)
+  );
+  if (fromFile.length === 2) {
+    return `${both} are both set in .env; remove one from .env, ${reason}`;
+  }
+  if (fromFile.length === 1) {
+    const [file] = fromFile;
+    const shell = file === "DATABASE_URL" ? "DENO_KV_PATH" : "DATABASE_URL";
+    return `${shell} is set in the environment and ${file} in .env, which the tasks read too; remove ${file} from .env, or unset ${shell}, ${reason}`;
+  }
+  return `${both} are both set in the environment (not in .env); unset one, ${reason}`;
+}
+
+/** The units a duration may be given in, in milliseconds. */
+const DURATION_UNITS: Record<string, number> = {
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+/**
+ * A duration such as 60s, 15m, 2h or 7d, in milliseconds; null when the text
+ * is not one (a whole number above 0 and one of the units s, m, h, d).
+ */
+export function parseDuration(text: string): number | null {
+  const match = /^([1-9]\d{0,8})([smhd])$/.exec(text.trim());
+  return match === null ? null : Number(match[1]) * DURATION_UNITS[match[2]];
+}
+
+/**
+ * `KEY_MAX_LIFETIME`, the longest a new key may live and the lifetime of a
+ * key created without one, in milliseconds; null when unset (keys may live
+ * for ever). Read by the console, which creates keys.
+ */
+export function readKeyMaxLifetime(env: EnvReader): number | null {
+  const raw = nonEmpty(env, "KEY_MAX_LIFETIME");
+  if (raw === undefined) return null;
+  const ms = parseDuration(raw);
+  if (ms === null) {
+    throw new ConfigError(
+      `KEY_MAX_LIFETIME must be a duration such as 90d, 12h or 30m, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  // Every new key's expiry is now + this: it must be a time a date can hold.
+  if (Number.isNaN(new Date(Date.now() + ms).getTime())) {
+    throw new ConfigError(
+      `KEY_MAX_LIFETIME ${
+        JSON.stringify(raw)
+      } reaches past the last time a date can hold; give a shorter duration such as 90d`,
+    );
+  }
+  return ms;
+}
+
+/** The whole-number settings: each variable with its default and range, once. */
+const WHOLE_NUMBERS = {
+  PORT: { default: 8000, min: 0, max: 65535 },
+  LOCKOUT_MAX_FAILURES: {
+    default: DEFAULT_LOCKOUT.maxFailures,
+    min: 1,
+    max: 1_000_000_000,
+  },
+  LOCKOUT_WINDOW_SECONDS: {
+    default: DEFAULT_LOCKOUT.windowSeconds,
+    min: 1,
+    max: 86_400,
+  },
+  LOCKOUT_SECONDS: {
+    default: DEFAULT_LOCKOUT.lockSeconds,
+    min: 1,
+    max: 86_400,
+  },
+  HEADER_TIMEOUT_SECONDS: { default: 10, min: 1, max: 3_600 },
+  IDLE_TIMEOUT_SECONDS: { default: 30, min: 1, max: 3_600 },
+  MAX_CONNECTIONS: { default: 900, min: 1, max: 1_000_000 },
+  REUSE_PORT: { default: 0, min: 0, max: 1 },
+} as const;
+
+/** The whole server configuration. */
+export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
+  const whole = (name: keyof typeof WHOLE_NUMBERS) =>
+    integer(env, name, WHOLE_NUMBERS[name]);
+  const config: Config = {
+    port: whole("PORT"),
+    hostname: hostname(env, "HOST", "0.0.0.0"),
+    reusePort: whole("REUSE_PORT") === 1,
+    socketPath: socketPath(env),
+    store: readStoreLocation(env, options),
+    trustedProxies: trustedProxies(env),
+    lockout: {
+      maxFailures: whole("LOCKOUT_MAX_FAILURES"),
+      windowSeconds: whole("LOCKOUT_WINDOW_SECONDS"),
+      lockSeconds: whole("LOCKOUT_SECONDS"),
+    },
+    tls: tlsFiles(env),
+    connections: {
+      headerTimeoutSeconds: whole("HEADER_TIMEOUT_SECONDS"),
+      idleTimeoutSeconds: whole("IDLE_TIMEOUT_SECONDS"),
+      maxConnections: whole("MAX_CONNECTIONS"),
+    },
+  };
+  if (config.socketPath !== null && config.tls !== null) {
+    throw new ConfigError(
+      "SOCKET_PATH and TLS_CERT_FILE are both set; behind nginx on a socket, nginx ends TLS: unset TLS_CERT_FILE and TLS_KEY_FILE",
+    );
+  }
+  if (config.socketPath !== null && config.reusePort) {
+    throw new ConfigError(
+      "SOCKET_PATH and REUSE_PORT=1 are both set; a socket belongs to one server: give each its own SOCKET_PATH and list them all in nginx's upstream",
+    );
+  }
+  return config;
+}
+
+function trustedProxies(env: EnvReader): Cidr[] {
+  if (nonEmpty(env, "TRUST_PROXY_HOPS") !== undefined) {
+    // A hop count believed whoever connected directly; refuse it rather than
+    // quietly ignoring a setting the operator relies on.
+    throw new ConfigError(
+      "TRUST_PROXY_HOPS is no longer read, as it let direct clients forge X-Forwarded-For; unset it and list the proxies' addresses in TRUSTED_PROXIES, such as TRUSTED_PROXIES=10.0.0.5/32",
+    );
+  }
+  const raw = nonEmpty(env, "TRUSTED_PROXIES");
+  if (raw === undefined) return [];
+  return raw.split(",").map((item) => {
+    const cidr = parseCidr(item.trim());
+    if (cidr === null) {
+      throw new ConfigError(
+        `TRUSTED_PROXIES must list addresses or CIDR ranges such as 10.0.0.5/32,fd00::/64, separated by commas; ${
+          JSON.stringify(item.trim())
+        } is not one (${
+          RANGE_PROBLEMS[cidrProblem(item.trim()) ?? "not_an_address"]
+        })`,
+      );
+    }
+    return cidr;
+  });
+}
+
+/** The longest path a Unix socket address holds on Linux (sun_path, 108 bytes, NUL included). */
+const SOCKET_PATH_MAX = 107;
+
+function socketPath(env: EnvReader): string | null {
+  const raw = nonEmpty(env, "SOCKET_PATH");
+  if (raw === undefined) return null;
+  if (
+    !raw.startsWith("/") || raw.endsWith("/") || raw.includes("\0") ||
+    new TextEncoder().encode(raw).length > SOCKET_PATH_MAX
+  ) {
+    throw new ConfigError(
+      `SOCKET_PATH must be an absolute file path of at most ${SOCKET_PATH_MAX} bytes, such as /run/integration/service.sock, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return raw;
+}
+
+function tlsFiles(env: EnvReader): Config["tls"] {
+  const certFile = nonEmpty(env, "TLS_CERT_FILE");
+  const keyFile = nonEmpty(env, "TLS_KEY_FILE");
+  if (certFile === undefined && keyFile === undefined) return null;
+  if (certFile === undefined || keyFile === undefined) {
+    throw new ConfigError(
+      `TLS_CERT_FILE and TLS_KEY_FILE must be set together; ${
+        certFile === undefined ? "TLS_CERT_FILE" : "TLS_KEY_FILE"
+      } is missing`,
+    );
+  }
+  return { certFile, keyFile };
+}
+
+/** Reads the process environment; a variable the process may not read counts as unset. */
+export function processEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotCapable) return undefined;
+    throw error;
+  }
+}
+
+function nonEmpty(env: EnvReader, name: string): string | undefined {
+  const value = env(name);
+  return value === undefined || value.trim() === "" ? undefined : value.trim();
+}
+
+interface IntegerRule {
+  default: number;
+  min: number;
+  max: number;
+}
+
+/** Parses a whole number in range; exported for the variables later modules add. */
+export function integer(
+  env: EnvReader,
+  name: string,
+  rule: IntegerRule,
+): number {
+  const raw = nonEmpty(env, name);
+  if (raw === undefined) return rule.default;
+  const value = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(value) || value < rule.min || value > rule.max) {
+    throw new ConfigError(
+      `${name} must be a whole number from ${rule.min} to ${rule.max}, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return value;
+}
+
+function hostname(env: EnvReader, name: string, fallback: string): string {
+  const raw = nonEmpty(env, name);
+  if (raw === undefined) return fallback;
+  // An IPv4 or IPv6 literal, or a DNS name: nothing with a scheme, port or path.
+  if (!/^(?:[A-Za-z0-9.-]+|\[?[0-9A-Fa-f:.]+\]?)$/.test(raw)) {
+    throw new ConfigError(
+      `${name} must be an IP address or host name such as 0.0.0.0 or 127.0.0.1, not ${
+        JSON.stringify(raw)
+      }`,
+    );
+  }
+  return raw.replace(/^\[(.*)\]$/, "$1");
+}
+
+const SSL_MODES = ["disable", "allow", "prefer", "require", "verify-full"];
+
+/** Checks a PostgreSQL URL; the message never repeats it, as it may hold a password. */
+function postgresUrl(raw: string): string {
+  const fail = (problem: string): never => {
+    throw new ConfigError(
+      `DATABASE_URL must be a URL such as postgres://USER:PASSWORD@HOST:5432/DATABASE, but ${problem}`,
+    );
+  };
+  if (!URL.canParse(raw)) fail("the value is not a URL");
+  const url = new URL(raw);
+  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
+    fail(`its scheme is ${url.protocol} instead of postgres: or postgresql:`);
+  }
+  if (url.hostname === "") fail("it names no host");
+  if (url.username === "") fail("it names no user");
+  const sslmode = url.searchParams.get("sslmode");
+  if (sslmode !== null && !SSL_MODES.includes(sslmode)) {
+    fail(`its sslmode is not one of ${SSL_MODES.join(", ")}`);
+  }
+  return raw;
+}
+
+function isKvPath(path: string): boolean {
+  if (path === ":memory:") return true;
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(path)) {
+    return URL.canParse(path) && /^https?:$/.test(new URL(path).protocol);
+  }
+  // A file path: not a folder, and no NUL byte that the OS would cut at.
+  return !path.endsWith("/") && !path.includes("\0");
+}

@@ -1,0 +1,446 @@
+/**
+ * Serves HTTP/1.1 and HTTP/2 (over TLS too) with the connection controls
+ * `Deno.serve` lacks: survived accept errors, a deadline for the first
+ * request head, an idle timeout for keep-alive connections, a connection cap
+ * that sheds idle connections first, and a bound on request bodies nobody reads.
+ *
+ * Why not `Deno.serve`: in Deno 2.9 its accept loop (`op_http_serve` in
+ * ext/http/http_next.rs) ends the server on the first accept error, so
+ * EMFILE under a connection flood rejects `finished` and the process exits
+ * (denoland/deno#10148); it has no header read or keep-alive timeout
+ * (denoland/deno#3515, #32497); it never tells JavaScript about a connection,
+ * so none can be closed from here; and after responding to a request with a
+ * body it reads that body to the end, however long (`discard_body_with_scratch`
+ * in libs/http_h1).
+ *
+ * So this module owns the accept loop with `Deno.listen` / `Deno.listenTls`
+ * and hands each accepted connection to Deno's own HTTP engine through
+ * `serveHttpOnConnection` (the internal that Deno's tests use for the same
+ * purpose, `Deno[Deno.internal]`). Requests still take Deno's native path: no
+ * byte passes through JavaScript. Each connection gets an abort signal, which
+ * drops the connection in Rust, fd included; one timer sweeps all connections.
+ *
+ * @module
+ */
+
+/** The limits applied to every connection. */
+export interface ConnectionLimits {
+  /** A new connection must deliver its first complete request head within this. */
+  headerTimeoutMs: number;
+  /** A connection with no request in progress is closed after this. */
+  idleTimeoutMs: number;
+  /** Open connections; at the cap the longest-idle one is closed for a new one. */
+  maxConnections: number;
+  /**
+   * After responding to a request that announced a body nobody reads, the
+   * connection is closed this long after the handler returned, so the
+   * response can leave but the body is not read on.
+   */
+  bodyLingerMs: number;
+  /** On shutdown, requests in progress may take this long; then they are cut. */
+  shutdownGraceMs: number;
+}
+
+/** Defaults for {@linkcode ConnectionLimits}; docs/operators.md lists the same. */
+export const DEFAULT_LIMITS: ConnectionLimits = {
+  headerTimeoutMs: 10_000,
+  idleTimeoutMs: 30_000,
+  maxConnections: 900,
+  bodyLingerMs: 10,
+  shutdownGraceMs: 10_000,
+};
+
+/** Something worth a log line, reported at most once a second per kind. */
+export interface ServeEvent {
+  msg: "accept failed" | "connections shed" | "request failed";
+  [field: string]: unknown;
+}
+
+/** Where and how to listen. */
+export interface ServeOptions {
+  hostname: string;
+  port: number;
+  /**
+   * Share the port with other processes that set it too (SO_REUSEPORT,
+   * Linux only): the kernel spreads new connections over them.
+   */
+  reusePort?: boolean;
+  /** PEM certificate and key: HTTPS with HTTP/2 and HTTP/1.1 by ALPN. */
+  tls?: { cert: string; key: string } | null;
+  limits?: Partial<ConnectionLimits>;
+  onListen?: (addr: Deno.NetAddr | Deno.UnixAddr) => void;
+  onEvent?: (event: ServeEvent) => void;
+}
+
+/** A running server, shaped like `Deno.HttpServer`. */
+export interface GuardedServer {
+  readonly addr: Deno.NetAddr | Deno.UnixAddr;
+  /** Resolves once the server has stopped and every connection is closed. */
+  readonly finished: Promise<void>;
+  /** Stops accepting, lets requests in progress finish, then resolves. */
+  shutdown(): Promise<void>;
+  /** How many connections are open now. */
+  connectionCount(): number;
+}
+
+/** The handler type `Deno.serve` takes. */
+export type ServeHandler = (
+  request: Request,
+  info: Deno.ServeHandlerInfo<Deno.NetAddr | Deno.UnixAddr>,
+) => Response | Promise<Response>;
+
+/** Deno lacks the internal this module is built on. */
+export class ServeUnsupportedError extends Error {
+  override name = "ServeUnsupportedError";
+  readonly code = "serve_unsupported";
+}
+
+type ServeOnConnection = (
+  connection: Deno.Conn,
+  signal: AbortSignal,
+  handler: ServeHandler,
+  onError: (error: unknown) => Response,
+  onListen: () => void,
+) => { finished: Promise<void>; shutdown(): Promise<void> };
+
+function _serveOnConnection(): ServeOnConnection {
+  const deno = Deno as unknown as Record<symbol, unknown> & {
+    internal: symbol;
+  };
+  const internals = deno[deno.internal] as
+    | { serveHttpOnConnection?: unknown }
+    | undefined;
+  const serveOn = internals?.serveHttpOnConnection;
+  if (typeof serveOn !== "function") {
+    throw new ServeUnsupportedError(
+      `This Deno (${Deno.version.deno}) cannot serve HTTP on an accepted connection; run the Deno version the Dockerfile names`,
+    );
+  }
+  return serveOn as ServeOnConnection;
+}
+
+/** One accepted connection and what the sweeper needs to judge it. */
+class _Connection {
+  readonly abort = new AbortController();
+  /** Requests whose handler has not returned yet (HTTP/2 runs several). */
+  inFlight = 0;
+  /** Requests seen so far; 0 means the first head is still awaited. */
+  requests = 0;
+  /** When the connection last went quiet: accepted, or a handler returned. */
+  quietSince = performance.now();
+  /** A request announced a body that nobody will read. */
+  bodyUnread = false;
+  closed = false;
+  /** Deno's server for this one connection, once it runs. */
+  server?: { shutdown(): Promise<void> };
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    abortConnection(this.abort);
+  }
+}
+
+/**
+ * Aborts a connection's controller, surviving the BadResource that Deno's
+ * own abort listener throws when the peer's close got there first.
+ */
+export function abortConnection(controller: AbortController): void {
+  _installCloseGuard();
+  _closing++;
+  try {
+    controller.abort();
+  } finally {
+    _closing--;
+  }
+}
+
+/**
+ * Aborting a connection whose peer has just gone races Deno's own cleanup:
+ * its abort listener then throws BadResource from inside `abort()`, which
+ * an event listener can only report as uncaught, ending the process. While
+ * one of our closes runs, that one error is expected and harmless (the
+ * connection is gone either way), so it alone is kept from ending the
+ * process; every other error is left alone.
+ */
+let _closing = 0;
+let _closeGuardInstalled = false;
+
+function _installCloseGuard(): void {
+  if (_closeGuardInstalled) return;
+  _closeGuardInstalled = true;
+  globalThis.addEventListener("error", (event) => {
+    if (_closing > 0 && event.error instanceof Deno.errors.BadResource) {
+      event.preventDefault();
+    }
+  });
+}
+
+/**
+ * Listens and serves `handler` under {@linkcode ConnectionLimits}.
+ *
+ * The server never stops on its own: an accept error (EMFILE, ENFILE,
+ * ENOBUFS, ...) closes the longest-idle connections and retries after a short
+ * pause that grows while errors repeat.
+ */
+export function serveGuarded(
+  handler: ServeHandler,
+  options: ServeOptions,
+): GuardedServer {
+  const serveOn = _serveOnConnection();
+  const limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const listener: Deno.Listener = options.tls
+    ? Deno.listenTls({
+      hostname: options.hostname,
+      port: options.port,
+      cert: options.tls.cert,
+      key: options.tls.key,
+      alpnProtocols: ["h2", "http/1.1"],
+      reusePort: options.reusePort,
+    })
+    : Deno.listen({
+      hostname: options.hostname,
+      port: options.port,
+      reusePort: options.reusePort,
+    });
+  const addr = listener.addr as Deno.NetAddr;
+  const connections = new Set<_Connection>();
+  const finishing = new Set<Promise<void>>();
+  const report = rateLimitedEvents(options.onEvent);
+  let stopping = false;
+  let shed = 0;
+
+  const onError = (error: unknown): Response => {
+    report({
+      msg: "request failed",
+      error: error instanceof Error ? error.name : typeof error,
+    });
+    return new Response(null, { status: 500 });
+  };
+
+  /** Closes up to `count` connections with no request in progress, longest quiet first. */
+  const shedIdle = (count: number): number => {
+    let closed = 0;
+    while (closed < count) {
+      let oldest: _Connection | undefined;
+      for (const connection of connections) {
+        if (connection.inFlight > 0 || connection.closed) continue;
+        if (!oldest || connection.quietSince < oldest.quietSince) {
+          oldest = connection;
+        }
+      }
+      if (!oldest) break;
+      // It leaves the set when Deno reports it closed, so the cap counts it until then.
+      oldest.close();
+      closed++;
+    }
+    shed += closed;
+    return closed;
+  };
+
+  const sweep = () => {
+    const now = performance.now();
+    for (const connection of connections) {
+      if (connection.inFlight === 0) {
+        const limit = connection.requests === 0
+          ? limits.headerTimeoutMs
+          : limits.idleTimeoutMs;
+        if (now - connection.quietSince >= limit) connection.close();
+      }
+    }
+    if (shed > 0) {
+      report({ msg: "connections shed", count: shed, open: connections.size });
+      shed = 0;
+    }
+  };
+  // The sweep's period bounds how late a timeout fires.
+  const tickMs = Math.max(
+    50,
+    Math.min(1000, limits.headerTimeoutMs / 4, limits.idleTimeoutMs / 4),
+  );
+  const sweeper = setInterval(sweep, tickMs);
+
+  const serveConnection = (conn: Deno.Conn) => {
+    const connection = new _Connection();
+    connections.add(connection);
+    const wrapped: ServeHandler = (request, info) => {
+      connection.inFlight++;
+      connection.requests++;
+      // Deno reads an unread body to its end before it closes the
+      // connection: the connection is dropped shortly after the response.
+      if (_announcesBody(request)) connection.bodyUnread = true;
+      let result;
+      try {
+        result = handler(request, info);
+      } catch (error) {
+        result = Promise.reject(error);
+      }
+      return _settle(connection, result, limits.bodyLingerMs);
+    };
+    let server;
+    try {
+      server = serveOn(
+        conn,
+        connection.abort.signal,
+        wrapped,
+        onError,
+        () => {},
+      );
+    } catch (error) {
+      connections.delete(connection);
+      report({ msg: "accept failed", error: _errorCode(error) });
+      _closeQuietly(conn);
+      return;
+    }
+    const done: Promise<void> = server.finished
+      .catch(() => {
+        // A peer that resets or a forced close: nothing to report.
+      })
+      .finally(() => {
+        connection.closed = true;
+        connections.delete(connection);
+        finishing.delete(done);
+      });
+    finishing.add(done);
+    connection.server = server;
+  };
+
+  const acceptLoop = async () => {
+    let pauseMs = 0;
+    while (!stopping) {
+      let conn: Deno.Conn;
+      try {
+        conn = await listener.accept();
+      } catch (error) {
+        if (stopping) break;
+        // Out of descriptors or memory: free some. Whatever the error, wait
+        // a little longer each time it repeats, and never give up.
+        const code = _errorCode(error);
+        if (_EXHAUSTION_CODES.has(code)) shedIdle(8);
+        pauseMs = Math.min(1000, pauseMs === 0 ? 10 : pauseMs * 2);
+        report({ msg: "accept failed", error: code, pauseMs });
+        await new Promise((resolve) => setTimeout(resolve, pauseMs));
+        continue;
+      }
+      pauseMs = 0;
+      if (stopping) {
+        _closeQuietly(conn);
+        break;
+      }
+      if (connections.size >= limits.maxConnections && shedIdle(1) === 0) {
+        // Every connection is busy: refuse the newcomer rather than exceed the cap.
+        shed++;
+        _closeQuietly(conn);
+        continue;
+      }
+      serveConnection(conn);
+    }
+  };
+
+  let shutdownPromise: Promise<void> | undefined;
+  const shutdown = () => {
+    shutdownPromise ??= (async () => {
+      stopping = true;
+      _closeQuietly(listener);
+      for (const connection of connections) {
+        // Idle ones close at once; busy ones finish their requests first.
+        connection.server?.shutdown().catch(() => {});
+      }
+      await accepting;
+      // Requests in progress get a bounded time to finish; then their
+      // connections are closed, so a stop can never hang on one.
+      const grace = setTimeout(() => {
+        for (const connection of connections) connection.close();
+      }, limits.shutdownGraceMs);
+      while (finishing.size > 0) await Promise.all([...finishing]);
+      clearTimeout(grace);
+      clearInterval(sweeper);
+    })();
+    return shutdownPromise;
+  };
+
+  const accepting = acceptLoop();
+  options.onListen?.(addr);
+  const finished = accepting.then(() => shutdown());
+
+  return {
+    addr,
+    finished,
+    shutdown,
+    connectionCount: () => connections.size,
+  };
+}
+
+/** Accept errors that mean the process is out of a resource connections hold. */
+const _EXHAUSTION_CODES = new Set(["EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"]);
+
+function _settle(
+  connection: _Connection,
+  result: Response | Promise<Response>,
+  bodyLingerMs: number,
+): Response | Promise<Response> {
+  const quiet = () => {
+    connection.inFlight--;
+    connection.quietSince = performance.now();
+    // Once no other request (an HTTP/2 stream) still needs the connection.
+    if (connection.bodyUnread && connection.inFlight === 0) {
+      setTimeout(() => connection.close(), bodyLingerMs);
+    }
+  };
+  // A plain Response stays one: Deno answers those on its fastest path.
+  if (!(result instanceof Promise)) {
+    quiet();
+    return result;
+  }
+  return result.then(
+    (response) => {
+      quiet();
+      return response;
+    },
+    (error) => {
+      quiet();
+      throw error;
+    },
+  );
+}
+
+/** HTTP/1.1 can frame a request body only by these two headers. */
+function _announcesBody(request: Request): boolean {
+  const length = request.headers.get("content-length");
+  return (length !== null && length !== "0") ||
+    request.headers.has("transfer-encoding");
+}
+
+function _closeQuietly(resource: { close(): void }): void {
+  try {
+    resource.close();
+  } catch {
+    // Already closed.
+  }
+}
+
+function _errorCode(error: unknown): string {
+  if (error && typeof error === "object" && "code" in error) {
+    return String((error as { code: unknown }).code);
+  }
+  return error instanceof Error ? error.name : typeof error;
+}
+
+/** Passes each kind of event on at most once a second, counting the rest. */
+export function rateLimitedEvents(
+  sink: ((event: ServeEvent) => void) | undefined,
+): (event: ServeEvent) => void {
+  if (!sink) return () => {};
+  const last = new Map<string, { at: number; dropped: number }>();
+  return (event) => {
+    const now = performance.now();
+    const seen = last.get(event.msg);
+    if (seen && now - seen.at < 1000) {
+      seen.dropped++;
+      return;
+    }
+    const dropped = seen?.dropped ?? 0;
+    last.set(event.msg, { at: now, dropped: 0 });
+    sink(dropped > 0 ? { ...event, suppressed: dropped } : event);
+  };
+}

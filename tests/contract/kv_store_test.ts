@@ -1,0 +1,112 @@
+import { generateApiKey } from "../../lib/auth/api_key.ts";
+import assert from "node:assert/strict";
+import { type KvKeyStore, openKvStore, REVISION } from "../../lib/store/kv.ts";
+import { leaseContract } from "../support/lease_contract.ts";
+import { storeContract } from "../support/store_contract.ts";
+import { storeKey } from "../support/stored_keys.ts";
+
+storeContract("kv store", async () => {
+  const store = await openKvStore(":memory:");
+  return Object.assign(store, { [Symbol.asyncDispose]: () => store.close() });
+});
+
+// One KV file opened by each "server" separately, as processes do.
+leaseContract("kv store", async () => {
+  const dir = await Deno.makeTempDir();
+  const opened: KvKeyStore[] = [];
+  return {
+    async open() {
+      const store = await openKvStore(`${dir}/keys.db`);
+      opened.push(store);
+      return store;
+    },
+    async [Symbol.asyncDispose]() {
+      for (const store of opened) await store.close().catch(() => {});
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+});
+
+Deno.test("kv store: a store file reopened keeps valid keys valid and revoked keys revoked", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/nested/keys.db`;
+    const first = await openKvStore(path);
+    const a = await storeKey(first, "a");
+    const b = await storeKey(first, "b", { revoked: true });
+    await first.close();
+    const second = await openKvStore(path);
+    assert.equal((await second.findByHash(a.record.hash))?.status, "valid");
+    assert.equal((await second.findByHash(b.record.hash))?.status, "revoked");
+    await second.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("kv store: every change bumps the revision that caches watch", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/keys.db`;
+    const store = await openKvStore(path);
+    const kv = await Deno.openKv(path);
+    const revision = async () =>
+      (await kv.get<Deno.KvU64>(REVISION)).value?.value ?? 0n;
+    const before = await revision();
+    const { record } = await storeKey(store, "a");
+    const afterCreate = await revision();
+    await store.revoke(record.id, { actor: "t" });
+    const afterRevoke = await revision();
+    assert.ok(afterCreate > before && afterRevoke > afterCreate);
+    kv.close();
+    await store.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("kv store: a store written before the due and overlap indexes builds them at its first housekeeping, once", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/keys.db`;
+    const store = await openKvStore(path);
+    const past = new Date(Date.now() - 60_000).toISOString();
+    const fresh = generateApiKey();
+    const lapsed = await store.create({
+      name: "lapsed",
+      email: "lapsed@example.com",
+      hash: fresh.hash,
+      hint: fresh.hint,
+      expiresAt: past,
+    }, { actor: "tester" });
+    const old = await storeKey(store, "old");
+    const { created } = await store.rotate(
+      old.record.id,
+      { ...generateApiKey(), expiresAt: null },
+      {
+        actor: "tester",
+        overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+      },
+    );
+    await store.close();
+    // As an older version left it: records, and no index.
+    const kv = await Deno.openKv(path);
+    for (const prefix of [["due"], ["replaced_by"], ["indexed"]]) {
+      for await (const entry of kv.list({ prefix })) await kv.delete(entry.key);
+    }
+    kv.close();
+    const reopened = await openKvStore(path);
+    try {
+      const due: number[] = [];
+      for await (const id of reopened.dueKeys(new Date())) due.push(id);
+      assert.deepEqual(due, [lapsed.id]);
+      const under: number[] = [];
+      for await (const r of reopened.predecessors(created.id)) under.push(r.id);
+      assert.deepEqual(under, [old.record.id]);
+    } finally {
+      await reopened.close();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

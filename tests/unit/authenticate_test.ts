@@ -1,0 +1,228 @@
+/**
+ * The API-key step (lib/http/authenticate.ts) on its own, step by step,
+ * against a store that counts what it is asked: which answers each kind of
+ * key gets, and what each costs. The real-process tests (abuse_test.ts,
+ * second_route_test.ts) show the same guarantees end to end.
+ */
+
+import assert from "node:assert/strict";
+import { generateApiKey } from "../../lib/auth/api_key.ts";
+import {
+  type AuthDecision,
+  createAuthenticator,
+} from "../../lib/http/authenticate.ts";
+import { LastUsedRecorder } from "../../lib/usage/last_used.ts";
+import { LockoutTracker } from "../../lib/auth/lockout.ts";
+import { StoreUnavailableError } from "../../lib/store/errors.ts";
+import { countingStore } from "../support/counting_store.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+const THRESHOLD = 3;
+
+/** A lock-out of THRESHOLD failures a minute, and what the step logged. */
+async function setup(options: { lastUsed?: true } = {}) {
+  const counting = await countingStore();
+  const { key, record } = await counting.addKey("erp");
+  const revoked = await counting.addKey("old", { revoked: true });
+  const logged: Record<string, unknown>[] = [];
+  const lastUsed = options.lastUsed
+    ? new LastUsedRecorder(counting.store, { flushMs: 3_600_000 })
+    : undefined;
+  const auth = createAuthenticator(counting.store, {
+    lockout: new LockoutTracker({
+      maxFailures: THRESHOLD,
+      windowSeconds: 60,
+      lockSeconds: 300,
+    }),
+    lastUsed,
+    log: (fields) => logged.push(fields),
+  });
+  // The step warms its index of hashes at once; count from a quiet store on.
+  await counting.settled();
+  counting.reset();
+  const check = (apiKey: string | null, client = "192.0.2.1") =>
+    auth.check(
+      new Request(`http://localhost${ROUTE}`, {
+        headers: apiKey === null ? {} : { "X-API-Key": apiKey },
+      }),
+      { client, route: ROUTE },
+    );
+  return {
+    counting,
+    auth,
+    check,
+    key,
+    record,
+    revokedKey: revoked.key,
+    logged,
+    lastUsed,
+    async [Symbol.asyncDispose]() {
+      await lastUsed?.close();
+      await counting.settled();
+      await counting[Symbol.asyncDispose]();
+    },
+  };
+}
+
+function status(decision: AuthDecision): number {
+  return decision.ok ? 200 : decision.response.status;
+}
+
+/** Fails from `client` until it is locked. */
+async function lockOut(
+  t: Awaited<ReturnType<typeof setup>>,
+  client = "192.0.2.1",
+) {
+  for (let i = 0; i < THRESHOLD; i++) {
+    assert.equal(status(await t.check("wrong", client)), 401);
+  }
+}
+
+Deno.test("a valid key passes with its record; missing, malformed, invented and revoked keys get the one 401", async () => {
+  await using t = await setup();
+  const ok = await t.check(t.key);
+  assert.ok(ok.ok);
+  assert.equal(ok.key.id, t.record.id);
+  const clients = ["192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.13"];
+  const keys = [null, "hunter2", generateApiKey().key, t.revokedKey];
+  for (const [i, key] of keys.entries()) {
+    const decision = await t.check(key, clients[i]);
+    assert.ok(!decision.ok);
+    assert.equal(decision.response.status, 401, String(key));
+    assert.equal(await decision.response.text(), "");
+  }
+});
+
+Deno.test("a locked client gets 429 with Retry-After before the store is asked anything, even with a valid key", async () => {
+  await using t = await setup();
+  await lockOut(t);
+  await t.counting.settled();
+  t.counting.reset();
+  for (const key of [t.key, generateApiKey().key, "malformed", null]) {
+    const decision = await t.check(key);
+    assert.ok(!decision.ok);
+    assert.equal(decision.response.status, 429);
+    assert.equal(decision.response.headers.get("retry-after"), "300");
+  }
+  await t.counting.settled();
+  assert.equal(t.counting.calls(), 0, "no store call for a locked client");
+});
+
+Deno.test("a missing or malformed key is refused without a store call", async () => {
+  await using t = await setup();
+  for (
+    const [i, key] of [
+      null,
+      "",
+      "hunter2",
+      t.key.slice(0, 39) + (t.key.endsWith("a") ? "b" : "a"), // bad checksum
+      `${t.key}, ${t.key}`, // a repeated header, folded
+    ].entries()
+  ) {
+    assert.equal(status(await t.check(key, `192.0.2.${20 + i}`)), 401);
+  }
+  await t.counting.settled();
+  assert.equal(t.counting.calls(), 0);
+});
+
+Deno.test("an invented key with a valid checksum is refused by the index, without a read of any key", async () => {
+  await using t = await setup();
+  for (let i = 0; i < 5; i++) {
+    const invented = generateApiKey().key;
+    assert.equal(status(await t.check(invented, `192.0.2.${30 + i}`)), 401);
+  }
+  await t.counting.settled();
+  assert.equal(t.counting.calls("findByHashAt", "findByHash", "get"), 0);
+  // What it may cost: the revision, read once per waiting batch.
+  assert.ok(t.counting.calls("revision") <= 5);
+});
+
+Deno.test("a burst of invented keys from one client gets at most the threshold of 401s, the rest 429", async () => {
+  await using t = await setup();
+  const decisions = await Promise.all(
+    Array.from({ length: 40 }, () => t.check(generateApiKey().key)),
+  );
+  const statuses = decisions.map(status);
+  assert.equal(statuses.filter((s) => s === 401).length, THRESHOLD);
+  assert.equal(statuses.filter((s) => s === 429).length, 40 - THRESHOLD);
+  assert.equal(t.logged.filter((line) => line.msg === "lockout").length, 1);
+});
+
+Deno.test("a success notes the key as last used and lifts no lock, nor the failures counted before it", async () => {
+  await using t = await setup({ lastUsed: true });
+  for (let i = 0; i < THRESHOLD - 1; i++) {
+    assert.equal(status(await t.check("wrong")), 401);
+  }
+  assert.equal(status(await t.check(t.key)), 200);
+  // The failures before the success still count: one more locks.
+  assert.equal(status(await t.check("wrong")), 401);
+  assert.equal(status(await t.check(t.key)), 429, "locked, valid key or not");
+  await t.lastUsed!.flush();
+  const record = await t.counting.store.get(t.record.id);
+  assert.ok(record?.lastUsedAt, "last use written");
+});
+
+Deno.test("a store that cannot be read throws StoreUnavailableError and counts no failure toward the lock-out", async () => {
+  await using t = await setup();
+  t.counting.failing = true;
+  for (let i = 0; i < THRESHOLD + 2; i++) {
+    await assert.rejects(t.check(t.key), StoreUnavailableError);
+  }
+  t.counting.failing = false;
+  assert.equal(status(await t.check(t.key)), 200, "the client is not locked");
+});
+
+Deno.test("a key in the URL is refused with 400 and counts toward the lock-out; a locked client gets 429", async () => {
+  await using t = await setup();
+  const context = { client: "198.51.100.7", route: ROUTE };
+  for (let i = 0; i < THRESHOLD; i++) {
+    const response = t.auth.refuseKeyInUrl([], context);
+    assert.equal(response.status, 400);
+    assert.equal((await response.json()).error, "key_in_url");
+  }
+  const locked = t.auth.refuseKeyInUrl([t.key], context);
+  assert.equal(locked.status, 429);
+  assert.equal(status(await t.check(t.key, context.client)), 429);
+  await t.counting.settled();
+  assert.equal(
+    t.counting.calls("markExposed"),
+    0,
+    "a locked client marks nothing",
+  );
+});
+
+Deno.test("a valid key in the URL is marked exposed after the 400 is sent, and only a valid one", async () => {
+  await using t = await setup();
+  const invented = generateApiKey().key;
+  const response = t.auth.refuseKeyInUrl([invented, t.key], {
+    client: "203.0.113.9",
+    route: ROUTE,
+  });
+  assert.equal(response.status, 400);
+  assert.equal(t.counting.calls("markExposed"), 0, "not on the request path");
+  await t.counting.settled();
+  assert.equal(t.counting.calls("markExposed"), 1);
+  const record = await t.counting.store.get(t.record.id);
+  assert.equal(record?.exposedFrom, "203.0.113.9");
+  assert.deepEqual(
+    t.logged,
+    [{
+      msg: "key_exposed_in_url",
+      apiKeyId: t.record.id,
+      client: "203.0.113.9",
+    }],
+  );
+  assert.ok(!JSON.stringify(t.logged).includes("isk_"), "no key logged");
+});
+
+Deno.test("a store outage while marking a key exposed neither throws nor changes the 400", async () => {
+  await using t = await setup();
+  t.counting.failing = true;
+  const response = t.auth.refuseKeyInUrl([t.key], {
+    client: "203.0.113.10",
+    route: ROUTE,
+  });
+  assert.equal(response.status, 400);
+  await t.counting.settled();
+  assert.deepEqual(t.logged, []);
+});

@@ -1,0 +1,235 @@
+import assert from "node:assert/strict";
+import {
+  ConfigError,
+  envFileNames,
+  readConfig,
+  readStoreLocation,
+} from "../../lib/server/config.ts";
+import {
+  type CidrProblem,
+  cidrProblem,
+  formatCidr,
+  parseCidr,
+} from "../../lib/net/ip.ts";
+
+const env = (vars: Record<string, string>) => (name: string) => vars[name];
+
+Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 failures a minute lock for 5 minutes, 10 s heads, 30 s idle, 900 connections", () => {
+  assert.deepEqual(readConfig(env({})), {
+    port: 8000,
+    hostname: "0.0.0.0",
+    reusePort: false,
+    socketPath: null,
+    store: { kind: "kv", path: "./data/keys.db" },
+    trustedProxies: [],
+    lockout: { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 },
+    tls: null,
+    connections: {
+      headerTimeoutSeconds: 10,
+      idleTimeoutSeconds: 30,
+      maxConnections: 900,
+    },
+  });
+});
+
+Deno.test("readConfig() takes the connection limits and refuses 0", () => {
+  const config = readConfig(env({
+    HEADER_TIMEOUT_SECONDS: "5",
+    IDLE_TIMEOUT_SECONDS: "75",
+    MAX_CONNECTIONS: "200",
+  }));
+  assert.deepEqual(config.connections, {
+    headerTimeoutSeconds: 5,
+    idleTimeoutSeconds: 75,
+    maxConnections: 200,
+  });
+  for (
+    const name of [
+      "HEADER_TIMEOUT_SECONDS",
+      "IDLE_TIMEOUT_SECONDS",
+      "MAX_CONNECTIONS",
+    ]
+  ) {
+    assert.throws(() => readConfig(env({ [name]: "0" })), (error: Error) => {
+      assert(error instanceof ConfigError);
+      assert.match(
+        error.message,
+        new RegExp(`^${name} must be a whole number from 1 `),
+      );
+      return true;
+    });
+  }
+});
+
+Deno.test("readConfig() takes the lock-out, proxy and TLS variables", () => {
+  const config = readConfig(env({
+    TRUSTED_PROXIES: "10.0.0.5, fd00::/64",
+    LOCKOUT_MAX_FAILURES: "5",
+    LOCKOUT_WINDOW_SECONDS: "30",
+    LOCKOUT_SECONDS: "900",
+    TLS_CERT_FILE: "./data/tls/cert.pem",
+    TLS_KEY_FILE: "./data/tls/key.pem",
+  }));
+  assert.deepEqual(config.trustedProxies.map(formatCidr), [
+    "10.0.0.5/32",
+    "fd00::/64",
+  ]);
+  assert.deepEqual(config.lockout, {
+    maxFailures: 5,
+    windowSeconds: 30,
+    lockSeconds: 900,
+  });
+  assert.deepEqual(config.tls, {
+    certFile: "./data/tls/cert.pem",
+    keyFile: "./data/tls/key.pem",
+  });
+});
+
+Deno.test("readConfig() takes PORT, HOST and DENO_KV_PATH", () => {
+  const config = readConfig(
+    env({ PORT: "9000", HOST: "127.0.0.1", DENO_KV_PATH: ":memory:" }),
+  );
+  assert.equal(config.port, 9000);
+  assert.equal(config.hostname, "127.0.0.1");
+  assert.deepEqual(config.store, { kind: "kv", path: ":memory:" });
+  assert.equal(readConfig(env({ HOST: "[::1]" })).hostname, "::1");
+});
+
+Deno.test("readConfig() stops on a bad value with one line naming the variable", () => {
+  const bad: [Record<string, string>, RegExp][] = [
+    [
+      { PORT: "eighty" },
+      /^PORT must be a whole number from 0 to 65535, not "eighty"$/,
+    ],
+    [{ PORT: "70000" }, /^PORT must be a whole number/],
+    [{ PORT: "-1" }, /^PORT must be a whole number/],
+    [{ HOST: "http://x" }, /^HOST must be an IP address or host name/],
+    [
+      { DENO_KV_PATH: "data/" },
+      /^DENO_KV_PATH must be a file path, ":memory:" or a URL/,
+    ],
+    [{ DENO_KV_PATH: "ftp://x/y" }, /^DENO_KV_PATH must be a file path/],
+    [
+      { LOCKOUT_MAX_FAILURES: "0" },
+      /^LOCKOUT_MAX_FAILURES must be a whole number from 1/,
+    ],
+    [
+      { TRUST_PROXY_HOPS: "1" },
+      /^TRUST_PROXY_HOPS is no longer read, .* TRUSTED_PROXIES=10\.0\.0\.5\/32$/,
+    ],
+    [
+      { TRUSTED_PROXIES: "10.0.0.1/8" },
+      /^TRUSTED_PROXIES must list addresses or CIDR ranges .*"10\.0\.0\.1\/8" is not one/,
+    ],
+    [
+      { TRUSTED_PROXIES: "10.0.0.1/99" },
+      /"10\.0\.0\.1\/99" is not one \(its prefix length is at most 32 for IPv4 and 128 for IPv6\)$/,
+    ],
+    [{ TRUSTED_PROXIES: "proxy.local" }, /^TRUSTED_PROXIES must list/],
+    [
+      { TLS_CERT_FILE: "c.pem" },
+      /^TLS_CERT_FILE and TLS_KEY_FILE must be set together; TLS_KEY_FILE is missing$/,
+    ],
+  ];
+  for (const [vars, message] of bad) {
+    assert.throws(() => readConfig(env(vars)), (e: Error) => {
+      assert.ok(e instanceof ConfigError);
+      assert.match(e.message, message);
+      assert.ok(!e.message.includes("\n") && !e.message.endsWith("."));
+      return true;
+    });
+  }
+});
+
+Deno.test("a range that is refused is refused for the part at fault: the address, the prefix length, or the host bits", () => {
+  const cases: [string, CidrProblem | null][] = [
+    ["10.0.0.0/8", null],
+    ["10.0.0.1/8", "host_bits_set"],
+    ["10.0.0.1/99", "prefix_too_long"],
+    ["fd00::/129", "prefix_too_long"],
+    ["1.2.3.4/032", "prefix_malformed"],
+    ["1.2.3.4/", "prefix_malformed"],
+    ["proxy.local", "not_an_address"],
+    ["fd00::1/64", "host_bits_set"],
+  ];
+  for (const [text, problem] of cases) {
+    assert.equal(cidrProblem(text), problem, text);
+    assert.equal(parseCidr(text) === null, problem !== null, text);
+  }
+});
+
+Deno.test("DATABASE_URL and DENO_KV_PATH both set says which one .env sets, and what to remove", () => {
+  const both = env({
+    DATABASE_URL: "postgres://keys@127.0.0.1:5432/keys",
+    DENO_KV_PATH: "./data/keys.db",
+  });
+  const message = (inFile: string[]) => {
+    try {
+      readStoreLocation(both, { envFileNames: () => new Set(inFile) });
+    } catch (error) {
+      assert.ok(error instanceof ConfigError);
+      return error.message;
+    }
+    throw new Error("both stores were accepted");
+  };
+  assert.match(
+    message(["DENO_KV_PATH", "PORT"]),
+    /^DATABASE_URL is set in the environment and DENO_KV_PATH in \.env, .*; remove DENO_KV_PATH from \.env, or unset DATABASE_URL/,
+  );
+  assert.match(
+    message(["DATABASE_URL"]),
+    /^DENO_KV_PATH is set in the environment and DATABASE_URL in \.env/,
+  );
+  assert.match(message(["DATABASE_URL", "DENO_KV_PATH"]), /both set in \.env/);
+  assert.match(message([]), /both set in the environment \(not in \.env\)/);
+});
+
+Deno.test("envFileNames reads the names .env defines, export lines included, and nothing when there is none", () => {
+  using dir = {
+    path: Deno.makeTempDirSync(),
+    [Symbol.dispose]() {
+      Deno.removeSync(this.path, { recursive: true });
+    },
+  };
+  const path = `${dir.path}/.env`;
+  assert.deepEqual([...envFileNames({ path })], []);
+  Deno.writeTextFileSync(
+    path,
+    "# a comment\nDENO_KV_PATH=./data/keys.db\nexport PORT = 8001\n\nNOT A LINE\n",
+  );
+  assert.deepEqual([...envFileNames({ path })].sort(), [
+    "DENO_KV_PATH",
+    "PORT",
+  ]);
+});
+
+Deno.test("readConfig() shares the port only with REUSE_PORT=1", () => {
+  assert.equal(readConfig(env({ REUSE_PORT: "1" })).reusePort, true);
+  assert.equal(readConfig(env({ REUSE_PORT: "0" })).reusePort, false);
+  assert.throws(
+    () => readConfig(env({ REUSE_PORT: "yes" })),
+    /^ConfigError: REUSE_PORT must be a whole number from 0 to 1/,
+  );
+});
+
+Deno.test("readConfig() takes SOCKET_PATH as an absolute path that fits a Unix socket address", () => {
+  assert.equal(
+    readConfig(env({ SOCKET_PATH: "/run/integration/service.sock" }))
+      .socketPath,
+    "/run/integration/service.sock",
+  );
+  for (
+    const bad of [
+      "service.sock",
+      "./data/s.sock",
+      "/run/",
+      "/" + "a".repeat(107),
+    ]
+  ) {
+    assert.throws(
+      () => readConfig(env({ SOCKET_PATH: bad })),
+      /^ConfigError: SOCKET_PATH must be an absolute file path/,
+      bad,
+    );
+  }
+});

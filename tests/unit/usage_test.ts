@@ -1,0 +1,142 @@
+/**
+ * Where keys are used from, off the request path: the bounded network list
+ * under random address sequences, and the store writes a flood costs.
+ */
+
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { lockoutKey } from "../../lib/net/client_address.ts";
+import {
+  mergeNetworks,
+  NETWORKS_KEPT,
+  REFUSED_KEPT,
+} from "../../lib/store/usage_lists.ts";
+import type { NetworkUse } from "../../lib/store/types.ts";
+import { LastUsedRecorder } from "../../lib/usage/last_used.ts";
+import { UsageRecorder } from "../../lib/usage/networks.ts";
+import { countingStore } from "../support/counting_store.ts";
+
+Deno.test("the networks list stays bounded, distinct and first-seen ordered, with first seen never after last seen, over random uses", () => {
+  const use = fc.record({
+    network: fc.constantFrom(
+      ...Array.from({ length: 9 }, (_, i) => `10.0.${i}.0/24`),
+    ),
+    ms: fc.integer({ min: 0, max: 10_000_000 }),
+  });
+  fc.assert(
+    fc.property(
+      fc.array(fc.array(use, { maxLength: 20 }), { maxLength: 12 }),
+      (batches) => {
+        let list: NetworkUse[] = [];
+        for (const batch of batches) {
+          const before = new Set(list.map((n) => n.network));
+          const merged = mergeNetworks(
+            list,
+            batch.map((u) => ({ network: u.network, at: new Date(u.ms) })),
+          );
+          list = merged.networks;
+          const names = list.map((n) => n.network);
+          assert.ok(list.length <= NETWORKS_KEPT);
+          assert.equal(new Set(names).size, names.length);
+          for (const n of list) assert.ok(n.firstSeenAt <= n.lastSeenAt);
+          for (let i = 1; i < list.length; i++) {
+            assert.ok(list[i - 1].firstSeenAt <= list[i].firstSeenAt);
+          }
+          // Every network new to the list is reported once, kept or not.
+          const fresh = new Set(
+            batch.map((u) => u.network).filter((n) => !before.has(n)),
+          );
+          assert.deepEqual(new Set(merged.added), fresh);
+          assert.equal(merged.added.length, fresh.size);
+          const distinct = new Set([...before, ...batch.map((u) => u.network)]);
+          assert.equal(list.length, Math.min(NETWORKS_KEPT, distinct.size));
+        }
+      },
+    ),
+  );
+});
+
+Deno.test("a flood of refused uses from 2000 addresses costs one store write per flush and leaves ten stored", async () => {
+  await using counting = await countingStore();
+  const { record } = await counting.addKey("restricted");
+  const recorder = new UsageRecorder(counting.store, { flushMs: 60_000 });
+  counting.reset();
+  const now = Date.now();
+  for (let i = 0; i < 2000; i++) {
+    recorder.refused(record.id, `198.51.${i >> 8}.${i & 255}`, now + i);
+  }
+  assert.equal(counting.calls(), 0, "nothing is written on the request path");
+  await recorder.flush();
+  for (let i = 0; i < 2000; i++) {
+    recorder.refused(record.id, `203.0.${i >> 8}.${i & 255}`, now + 5000 + i);
+  }
+  await recorder.close();
+  await counting.settled();
+  assert.equal(counting.calls("recordRefusedUses"), 2);
+  const refused = (await counting.store.get(record.id))!.refusedUses;
+  assert.equal(refused.length, REFUSED_KEPT);
+  assert.equal(refused.at(-1)!.address, "203.0.7.207");
+});
+
+Deno.test("uses from one network are noted once a minute, and only a new network is logged, once", async () => {
+  await using counting = await countingStore();
+  const { record } = await counting.addKey("busy");
+  const lines: Record<string, unknown>[] = [];
+  const recorder = new UsageRecorder(counting.store, {
+    flushMs: 60_000,
+    log: (fields) => lines.push(fields),
+  });
+  const now = Date.now();
+  for (let i = 0; i < 1000; i++) {
+    recorder.used(record.id, lockoutKey(`192.0.2.${i % 200}`), now + i);
+  }
+  recorder.used(record.id, lockoutKey("2001:db8:1:2::7"), now);
+  await recorder.flush();
+  for (let i = 0; i < 100; i++) {
+    recorder.used(record.id, lockoutKey("192.0.2.9"), now + 61_000 + i);
+  }
+  await recorder.close();
+  await counting.settled();
+  assert.deepEqual(lines, [
+    { msg: "key_new_network", apiKeyId: record.id, network: "192.0.2.0/24" },
+    { msg: "key_new_network", apiKeyId: record.id, network: "2001:db8:1::/48" },
+  ]);
+  assert.equal(counting.calls("recordNetworkUses"), 2);
+  const networks = (await counting.store.get(record.id))!.networks;
+  assert.deepEqual(networks.map((n) => n.network), [
+    "192.0.2.0/24",
+    "2001:db8:1::/48",
+  ]);
+  assert.equal(networks[0].lastSeenAt, new Date(now + 61_000).toISOString());
+  const audited = [];
+  for await (const e of counting.store.audit({ keyId: record.id })) {
+    if (e.action === "network") audited.push(e.detail);
+  }
+  assert.deepEqual(audited, [
+    "first used from 192.0.2.0/24",
+    "first used from 2001:db8:1::/48",
+  ]);
+});
+
+Deno.test("a background write that fails is logged with its error's code, for last use and usage alike, and names no key", async () => {
+  await using counting = await countingStore();
+  const stored = await counting.addKey("noted");
+  const lines: Record<string, unknown>[] = [];
+  const log = (fields: Record<string, unknown>) => lines.push(fields);
+  const lastUsed = new LastUsedRecorder(counting.store, {
+    flushMs: 60_000,
+    log,
+  });
+  const usage = new UsageRecorder(counting.store, { flushMs: 60_000, log });
+  counting.failing = true;
+  lastUsed.used(stored.record.id, Date.now());
+  usage.refused(stored.record.id, "198.51.100.7", Date.now());
+  await lastUsed.close();
+  await usage.close();
+  assert.deepEqual(lines, [
+    { msg: "store_write_failed", what: "last_used", code: "store_unavailable" },
+    { msg: "store_write_failed", what: "usage", code: "store_unavailable" },
+  ]);
+  const text = JSON.stringify(lines);
+  assert.ok(!text.includes(stored.key) && !text.includes(stored.record.hash));
+});
