@@ -30,7 +30,7 @@ const ignore = ignoredWithout(tools, "generated_client_test.ts");
 // printed as JSON (never the key) for the test to judge.
 const CLIENT_PROGRAM = `
 import createClient from "openapi-fetch";
-import type { paths } from "../api.ts";
+import type { paths } from "./api.ts";
 
 const env = (name: string): string => {
   const value = Deno.env.get(name);

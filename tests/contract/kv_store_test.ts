@@ -1,3 +1,6 @@
+import { changeIn } from "../../lib/store/kv/_change.ts";
+import { NO_WAIT } from "../../lib/store/change.ts";
+import { retireKey } from "../../lib/store/changes.ts";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import assert from "node:assert/strict";
 import { type KvKeyStore, openKvStore, REVISION } from "../../lib/store/kv.ts";
@@ -105,6 +108,59 @@ Deno.test("kv store: a store written before the due and overlap indexes builds t
       assert.deepEqual(under, [old.record.id]);
     } finally {
       await reopened.close();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("kv store: a change that finds nothing to do reports the revision its reads rest on, even when another process committed between them", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/keys.db`;
+    const a = await openKvStore(path);
+    const old = await storeKey(a, "linked");
+    const { created } = await a.rotate(
+      old.record.id,
+      { ...generateApiKey(), expiresAt: null },
+      {
+        actor: "tester",
+        overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+        untilFirstUse: true,
+      },
+    );
+    await a.close();
+    const kv = await Deno.openKv(path);
+    const other = await openKvStore(path);
+    try {
+      let theirs = -1n;
+      // B reads the revision, then, before it reads the new key's record,
+      // A (another process) commits the first use's retirement.
+      const mine = await changeIn(
+        kv,
+        { name: "retire", alters: "authentication" },
+        async (draft) => {
+          if (theirs < 0n) {
+            await other.retire(created.id, {
+              actor: "server",
+              cause: "first_use",
+            });
+            theirs = await other.revision();
+          }
+          return await retireKey(draft, created.id, {
+            actor: "server",
+            cause: "first_use",
+          });
+        },
+      );
+      assert.equal((await mine.settle(NO_WAIT)).changed, false);
+      assert.ok(
+        mine.revision >= theirs,
+        `found nothing to do at revision ${mine.revision}, yet read a record of revision ${theirs}`,
+      );
+    } finally {
+      kv.close();
+      await other.close();
     }
   } finally {
     await Deno.remove(dir, { recursive: true });

@@ -1011,12 +1011,18 @@ for (const { label, postgres } of STORES) {
         `retire called ${calls.retire} times`,
       );
       assert.ok(
-        (calls.instances ?? 0) <= 5,
-        `instances called ${calls.instances} times`,
-      );
-      assert.ok(
         (calls.findByHashAt ?? 0) <= 5,
         `${calls.findByHashAt} reads of keys for 202 requests`,
+      );
+      // A wait for the servers follows a retirement or a read of a record,
+      // each bounded above; within one wait, the polls of the registrations
+      // follow time (a busy machine acknowledges later), not requests. So
+      // the requests are held to the waits they can cause: a per-request
+      // wait would need a read or a retirement per request.
+      const waits = (calls.retire ?? 0) + (calls.findByHashAt ?? 0);
+      assert.ok(
+        (calls.instances ?? 0) <= waits * 60,
+        `instances called ${calls.instances} times for ${waits} waits`,
       );
     },
   });

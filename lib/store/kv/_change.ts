@@ -61,9 +61,24 @@ export async function changeIn<T, A extends Alters>(
     const draft = new ChangeDraft(kind.alters, reads);
     const result = await work(draft);
     const before = counted(current);
-    if (draft.writes.length === 0) return new Committed(kind, before, result);
-    const revision = before + BigInt(draft.moves);
     const op = kv.atomic().check(current);
+    if (draft.writes.length === 0) {
+      // Nothing to write, yet the answer rests on what the draft read, and
+      // is settled at `before`: only once a commit checking the revision
+      // confirms that nothing was committed between reading it and the
+      // records (a first use's retirement that another server made just
+      // then, found done here, must be waited for at its own revision).
+      await reads.write(op, []);
+      try {
+        if ((await op.commit()).ok) return new Committed(kind, before, result);
+      } catch (error) {
+        if (!isLocked(error)) throw error;
+      }
+      if (tries >= MAX_TRIES) throw busy();
+      await backoff(tries);
+      continue;
+    }
+    const revision = before + BigInt(draft.moves);
     await reads.write(op, draft.writes);
     draft.lines.forEach((line, i) => {
       const at = draft.at.toISOString();
