@@ -367,6 +367,15 @@ async function underLoad(
       samples.filter((s) => s.server === server && s.sentAt > since).length >=
         count
     );
+  /** Whether every instance has answered every key in a request sent after `since`. */
+  const everyKeyServed = (since: number) =>
+    servers.every((_, server) =>
+      slots.every((slot) =>
+        samples.some((s) =>
+          s.server === server && s.slot === slot && s.sentAt > since
+        )
+      )
+    );
   const clients = servers.flatMap((_, server) =>
     Array.from({ length: 32 }, (_, loop) => handled(client(server, loop)))
   );
@@ -389,11 +398,12 @@ async function underLoad(
         const { id, key } = JSON.parse(result.stdout);
         slots.push({ key, id, name: `${slot.name} (new)`, fresh: true });
       }
-      // Traffic after each change before the next, every key sent again.
+      // Traffic after each change before the next: every key sent again to
+      // every instance (a count of answers alone could miss one key).
       await waitFor(
-        () => served(result.returnedAt, 2 * slots.length),
+        () => everyKeyServed(result.returnedAt),
         20_000,
-        "answers after the change",
+        "every key answered by every instance after the change",
       );
     }
   } finally {
