@@ -975,6 +975,25 @@ for (const { label, postgres } of STORES) {
   });
 }
 
+/** `keys rotate NAME --overlap 1h --until-first-use`; the new key. */
+async function rotateUntilFirstUse(
+  cwd: string,
+  name: string,
+  env: Record<string, string>,
+): Promise<{ key: string }> {
+  const rotate = await keys(cwd, [
+    "rotate",
+    name,
+    "--overlap",
+    "1h",
+    "--until-first-use",
+    "--yes",
+    "--json",
+  ], env);
+  assert.equal(rotate.code, 0, rotate.stderr);
+  return JSON.parse(rotate.stdout) as { key: string };
+}
+
 // 5. A rotation's link, once spent, costs nothing more: the first use of the
 // new key revokes the old one, and later requests for it answer from memory.
 
@@ -990,17 +1009,7 @@ for (const { label, postgres } of STORES) {
       const [server] = await startServers(dir.path, store.env, 1);
       let code: number;
       try {
-        const rotate = await keys(dir.path, [
-          "rotate",
-          "linked",
-          "--overlap",
-          "1h",
-          "--until-first-use",
-          "--yes",
-          "--json",
-        ], store.env);
-        assert.equal(rotate.code, 0, rotate.stderr);
-        const fresh = JSON.parse(rotate.stdout) as { key: string };
+        const fresh = await rotateUntilFirstUse(dir.path, "linked", store.env);
         // The first use retires the old key; the next ones must not try again.
         assert.equal((await call(server.url, fresh.key)).status, 200);
         assert.equal((await call(server.url, old.key)).status, 401);
@@ -1054,17 +1063,7 @@ for (const { label, postgres } of STORES) {
       const servers = await startServers(dir.path, store.env, 3);
       const [a, b, c] = servers;
       try {
-        const rotate = await keys(dir.path, [
-          "rotate",
-          "linked",
-          "--overlap",
-          "1h",
-          "--until-first-use",
-          "--yes",
-          "--json",
-        ], store.env);
-        assert.equal(rotate.code, 0, rotate.stderr);
-        const fresh = JSON.parse(rotate.stdout) as { key: string };
+        const fresh = await rotateUntilFirstUse(dir.path, "linked", store.env);
         for (const server of servers) {
           assert.equal((await call(server.url, old.key)).status, 200);
         }
