@@ -19,11 +19,11 @@
  * @module
  */
 
-/** A limit: `count` requests in any `windowSeconds`. */
-export interface RateLimit {
-  count: number;
-  windowSeconds: number;
-}
+import { isRateLimit, RATE_MAX_COUNT } from "../store/rate_limits.ts";
+import type { RateLimit } from "../store/types.ts";
+
+export type { RateLimit };
+export { isRateLimit, RATE_MAX_COUNT };
 
 /** What {@linkcode RateLimiter.take} decided, with what the headers say. */
 export interface RateDecision {
@@ -60,10 +60,6 @@ const UNITS: Record<string, number> = {
   day: 86_400,
 };
 
-/** The largest count and window a limit may have: beyond, it limits nothing. */
-export const RATE_MAX_COUNT = 1_000_000_000;
-const RATE_MAX_WINDOW_SECONDS = 86_400;
-
 /**
  * Reads `600/min`, `10/s`, `1000/h`, `50000/day` (also `/second`, `/minute`,
  * `/hour`); `none` is null (no limit). Throws {@linkcode RateSyntaxError}
@@ -96,16 +92,6 @@ const WRITTEN: Record<number, string> = {
   3600: "h",
   86_400: "day",
 };
-
-/** True when `value` is a limit as stored: whole, positive and in range. */
-export function isRateLimit(value: unknown): value is RateLimit {
-  if (typeof value !== "object" || value === null) return false;
-  const { count, windowSeconds } = value as Record<string, unknown>;
-  return Number.isSafeInteger(count) && (count as number) >= 1 &&
-    (count as number) <= RATE_MAX_COUNT &&
-    Number.isSafeInteger(windowSeconds) && (windowSeconds as number) >= 1 &&
-    (windowSeconds as number) <= RATE_MAX_WINDOW_SECONDS;
-}
 
 /** A rate the console or the configuration could not read. */
 export class RateSyntaxError extends Error {
