@@ -73,7 +73,10 @@ export async function serve(): Promise<void> {
   const background = new BackgroundWrites();
   // The servers sharing the store, as their registrations show them: each
   // key's rate limit is split among them, with no store call per request.
-  const peers = new Peers(store, { self: () => lease.id });
+  const peers = new Peers(store, {
+    self: () => lease.id,
+    onChange: (servers) => log.write({ msg: "peers", servers }),
+  });
   const handler = createHandler(store, {
     background,
     lastUsed,

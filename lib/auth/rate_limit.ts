@@ -19,7 +19,11 @@
  * @module
  */
 
-import { isRateLimit, RATE_MAX_COUNT } from "../store/rate_limits.ts";
+import {
+  isRateLimit,
+  RATE_MAX_COUNT,
+  RATE_MAX_WINDOW_SECONDS,
+} from "../store/rate_limits.ts";
 import type { RateLimit } from "../store/types.ts";
 
 export type { RateLimit };
@@ -62,20 +66,28 @@ const UNITS: Record<string, number> = {
 
 /**
  * Reads `600/min`, `10/s`, `1000/h`, `50000/day` (also `/second`, `/minute`,
- * `/hour`); `none` is null (no limit). Throws {@linkcode RateSyntaxError}
- * for anything else, so that a typo is never read as "no limit".
+ * `/hour`), with an optional number of units (`100/10s`, `5000/15min`, as
+ * {@linkcode formatRate} writes a window it has no unit for); `none` is null
+ * (no limit). Throws {@linkcode RateSyntaxError} for anything else, so that
+ * a typo is never read as "no limit".
  */
 export function parseRate(text: string): RateLimit | null {
   const trimmed = text.trim().toLowerCase();
   if (trimmed === "none") return null;
-  const match = /^([1-9][0-9]{0,9})\/([a-z]+)$/.exec(trimmed);
-  const seconds = match ? UNITS[match[2]] : undefined;
+  const match = /^([1-9][0-9]{0,9})\/([1-9][0-9]{0,5})?([a-z]+)$/.exec(
+    trimmed,
+  );
+  const seconds = match ? UNITS[match[3]] : undefined;
   if (match === null || seconds === undefined) {
+    throw new RateSyntaxError("rate_syntax", text);
+  }
+  const windowSeconds = seconds * Number(match[2] ?? 1);
+  if (windowSeconds > RATE_MAX_WINDOW_SECONDS) {
     throw new RateSyntaxError("rate_syntax", text);
   }
   const count = Number(match[1]);
   if (count > RATE_MAX_COUNT) throw new RateSyntaxError("rate_too_large", text);
-  return { count, windowSeconds: seconds };
+  return { count, windowSeconds };
 }
 
 /** `600/min`: the unit the window was written in, or seconds. */
@@ -102,7 +114,7 @@ export class RateSyntaxError extends Error {
       code === "rate_syntax"
         ? `Rate '${
           text.slice(0, 40)
-        }' is not a rate; write COUNT/UNIT such as 600/min, 10/s, 1000/h or 50000/day, or none`
+        }' is not a rate; write COUNT/UNIT such as 600/min, 10/s, 100/10s, 1000/h or 50000/day (a window of at most a day), or none`
         : `Rate '${
           text.slice(0, 40)
         }' allows more than ${RATE_MAX_COUNT} requests; write a smaller count, or none for no limit`,
