@@ -183,11 +183,14 @@ export class RateLimiter {
         counts: new Uint32Array(this.#slots + 1),
         total: 0,
       };
-    } else {
-      // Recency order: an idle key moves to the front of eviction.
+      this.#counters.set(keyId, counter);
+    } else if (index > counter.newest) {
+      // Recency order, kept per bucket rather than per request (a Map
+      // re-insertion on every request is most of what the limit costs): a
+      // key idle for longer moves to the front of eviction.
       this.#counters.delete(keyId);
+      this.#counters.set(keyId, counter);
     }
-    this.#counters.set(keyId, counter);
     this.#advance(counter, index);
     const share = Math.max(0, Math.floor(options.share));
     const scale = options.scale ?? 1;
