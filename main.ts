@@ -16,6 +16,7 @@ import { createHandler } from "./lib/server/handler.ts";
 import { LastUsedRecorder } from "./lib/usage/last_used.ts";
 import { Lease } from "./lib/auth/lease.ts";
 import { LockoutTracker } from "./lib/auth/lockout.ts";
+import { Peers } from "./lib/auth/peers.ts";
 import {
   PermissionsMissingError,
   requireGrants,
@@ -70,6 +71,12 @@ export async function serve(): Promise<void> {
     log: (fields) => log.write(fields),
   });
   const background = new BackgroundWrites();
+  // The servers sharing the store, as their registrations show them: each
+  // key's rate limit is split among them, with no store call per request.
+  const peers = new Peers(store, {
+    self: () => lease.id,
+    onChange: (servers) => log.write({ msg: "peers", servers }),
+  });
   const handler = createHandler(store, {
     background,
     lastUsed,
@@ -79,10 +86,14 @@ export async function serve(): Promise<void> {
     log: (fields) => log.write(fields),
     logRequest: (line) => log.request(line),
     lease,
+    peers,
   });
   // Registered and holding a lease before the first request, if the store
   // answers; if not, requests read the store until it does.
   await lease.start();
+  // After the registration, so that this server counts itself from the
+  // first listing on.
+  await peers.start();
   const onListen = (addr: Deno.NetAddr | Deno.UnixAddr) => {
     if ("path" in addr) {
       log.write({ msg: "listening", address: `unix:${addr.path}` });
@@ -138,6 +149,7 @@ export async function serve(): Promise<void> {
   // Stops answering from memory, then deregisters: no change waits for a
   // server that is gone.
   await lease.stop();
+  await peers.stop();
   // A key marked exposed or found expired by the last requests is written
   // down before the store closes (each write is bounded by the store's own
   // time limits, and the whole stop by the 20 s above).

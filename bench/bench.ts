@@ -48,6 +48,7 @@
 import { generateApiKey } from "../lib/auth/api_key.ts";
 import type { StoreLocation } from "../lib/server/config.ts";
 import { openStore } from "../lib/store/open.ts";
+import { RATE_MAX_COUNT } from "../lib/auth/rate_limit.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
 import {
@@ -152,8 +153,9 @@ async function wrk(
 async function prepare(
   location: StoreLocation,
   size: number,
-): Promise<{ valid: string; revoked: string }> {
+): Promise<{ valid: string; revoked: string; limited: string }> {
   const valid = generateApiKey();
+  const limited = generateApiKey();
   const revoked = generateApiKey();
   const now = new Date();
   const record = (
@@ -194,10 +196,19 @@ async function prepare(
       }, { actor: "bench" });
       await store.revoke(r.id, { actor: "bench" });
     }
+    // The valid key's row again with a rate limit it never reaches: what
+    // the limit costs on the valid-key path.
+    await store.create({
+      name: "rate-limited",
+      email: "rl@example.com",
+      hash: limited.hash,
+      hint: limited.hint,
+      rateLimit: { count: RATE_MAX_COUNT, windowSeconds: 1 },
+    }, { actor: "bench" });
   } finally {
     await store.close();
   }
-  return { valid: valid.key, revoked: revoked.key };
+  return { valid: valid.key, revoked: revoked.key, limited: limited.key };
 }
 
 async function machine(): Promise<string> {
@@ -273,7 +284,10 @@ async function main(): Promise<number> {
       // Declared before the server, so that it is dropped after the server stops.
       await using store = await STORE.create(dir.path);
       console.error(`Preparing a store of ${size} keys …`);
-      const { valid, revoked } = await prepare(store.location, size);
+      const { valid, revoked, limited } = await prepare(
+        store.location,
+        size,
+      );
       // After the fill, so that only the block's own transactions count.
       const commitsBefore = await store.commits?.();
       let requests = 0;
@@ -303,6 +317,11 @@ async function main(): Promise<number> {
       const scenarios: [string, string | undefined, string][] = [
         ["(a) bare Deno.serve", undefined, `http://127.0.0.1:${BARE_PORT}/`],
         ["(b) valid key", valid, server.url + ROUTE],
+        [
+          "(i) valid key with a rate limit (never reached)",
+          limited,
+          server.url + ROUTE,
+        ],
         ["(c) malformed key", "not-a-key", server.url + ROUTE],
         ["(d) unknown key", generateApiKey().key, server.url + ROUTE],
         ["(e) revoked key", revoked, server.url + ROUTE],
@@ -541,6 +560,21 @@ function targets(
           `valid key p99 ≤ 1.5 × bare's at 32 connections, ${where} (${keys} keys)`,
           `${fmt(row.p99)} ms = ${fmt(ratio)} × ${fmt(base.p99)} ms`,
           ratio <= 1.5,
+        );
+      }
+    }
+    for (const c of [1, 32, 128]) {
+      const row = pick("(b)", c, keys);
+      const limitedRow = pick("(i)", c, keys);
+      if (row && limitedRow) {
+        // Cost per request is the inverse of throughput.
+        const more = row.rps / limitedRow.rps - 1;
+        check(
+          `valid key with a rate limit costs ≤ 5% more than without at ${
+            plural(c)
+          } (${keys} keys)`,
+          `${fmt(more * 100, 1)}% more`,
+          more <= 0.05,
         );
       }
     }

@@ -20,6 +20,11 @@ export interface PeersOptions {
   self: () => string | null;
   /** How often to list the registrations; default 1 s. */
   pollMs?: number;
+  /**
+   * Hears the number of servers whenever a listing changes it: for the log,
+   * where an operator (and a test) sees the shares move.
+   */
+  onChange?: (count: number) => void;
 }
 
 /**
@@ -44,6 +49,7 @@ export class Peers {
   #store: Pick<InstanceRegistry, "instances">;
   #self: () => string | null;
   #pollMs: number;
+  #onChange: ((count: number) => void) | undefined;
   #ids: string[] = [];
   #timer: ReturnType<typeof setTimeout> | undefined;
   #running = false;
@@ -57,6 +63,7 @@ export class Peers {
     this.#store = store;
     this.#self = options.self;
     this.#pollMs = options.pollMs ?? PEERS_POLL_MS;
+    this.#onChange = options.onChange;
   }
 
   /** How many servers share the limits: this one at least. */
@@ -103,7 +110,9 @@ export class Peers {
     this.#refreshing ??= (async () => {
       try {
         const listed = await this.#store.instances();
+        const before = this.count;
         this.#ids = listed.map((instance) => instance.id).sort();
+        if (this.count !== before) this.#onChange?.(this.count);
       } catch {
         // Kept: the servers did not change because the store cannot answer.
       } finally {

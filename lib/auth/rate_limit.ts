@@ -19,11 +19,15 @@
  * @module
  */
 
-/** A limit: `count` requests in any `windowSeconds`. */
-export interface RateLimit {
-  count: number;
-  windowSeconds: number;
-}
+import {
+  isRateLimit,
+  RATE_MAX_COUNT,
+  RATE_MAX_WINDOW_SECONDS,
+} from "../store/rate_limits.ts";
+import type { RateLimit } from "../store/types.ts";
+
+export type { RateLimit };
+export { isRateLimit, RATE_MAX_COUNT };
 
 /** What {@linkcode RateLimiter.take} decided, with what the headers say. */
 export interface RateDecision {
@@ -60,26 +64,30 @@ const UNITS: Record<string, number> = {
   day: 86_400,
 };
 
-/** The largest count and window a limit may have: beyond, it limits nothing. */
-export const RATE_MAX_COUNT = 1_000_000_000;
-const RATE_MAX_WINDOW_SECONDS = 86_400;
-
 /**
  * Reads `600/min`, `10/s`, `1000/h`, `50000/day` (also `/second`, `/minute`,
- * `/hour`); `none` is null (no limit). Throws {@linkcode RateSyntaxError}
- * for anything else, so that a typo is never read as "no limit".
+ * `/hour`), with an optional number of units (`100/10s`, `5000/15min`, as
+ * {@linkcode formatRate} writes a window it has no unit for); `none` is null
+ * (no limit). Throws {@linkcode RateSyntaxError} for anything else, so that
+ * a typo is never read as "no limit".
  */
 export function parseRate(text: string): RateLimit | null {
   const trimmed = text.trim().toLowerCase();
   if (trimmed === "none") return null;
-  const match = /^([1-9][0-9]{0,9})\/([a-z]+)$/.exec(trimmed);
-  const seconds = match ? UNITS[match[2]] : undefined;
+  const match = /^([1-9][0-9]{0,9})\/([1-9][0-9]{0,5})?([a-z]+)$/.exec(
+    trimmed,
+  );
+  const seconds = match ? UNITS[match[3]] : undefined;
   if (match === null || seconds === undefined) {
+    throw new RateSyntaxError("rate_syntax", text);
+  }
+  const windowSeconds = seconds * Number(match[2] ?? 1);
+  if (windowSeconds > RATE_MAX_WINDOW_SECONDS) {
     throw new RateSyntaxError("rate_syntax", text);
   }
   const count = Number(match[1]);
   if (count > RATE_MAX_COUNT) throw new RateSyntaxError("rate_too_large", text);
-  return { count, windowSeconds: seconds };
+  return { count, windowSeconds };
 }
 
 /** `600/min`: the unit the window was written in, or seconds. */
@@ -97,16 +105,6 @@ const WRITTEN: Record<number, string> = {
   86_400: "day",
 };
 
-/** True when `value` is a limit as stored: whole, positive and in range. */
-export function isRateLimit(value: unknown): value is RateLimit {
-  if (typeof value !== "object" || value === null) return false;
-  const { count, windowSeconds } = value as Record<string, unknown>;
-  return Number.isSafeInteger(count) && (count as number) >= 1 &&
-    (count as number) <= RATE_MAX_COUNT &&
-    Number.isSafeInteger(windowSeconds) && (windowSeconds as number) >= 1 &&
-    (windowSeconds as number) <= RATE_MAX_WINDOW_SECONDS;
-}
-
 /** A rate the console or the configuration could not read. */
 export class RateSyntaxError extends Error {
   /** `rate_syntax` or `rate_too_large`. */
@@ -116,7 +114,7 @@ export class RateSyntaxError extends Error {
       code === "rate_syntax"
         ? `Rate '${
           text.slice(0, 40)
-        }' is not a rate; write COUNT/UNIT such as 600/min, 10/s, 1000/h or 50000/day, or none`
+        }' is not a rate; write COUNT/UNIT such as 600/min, 10/s, 100/10s, 1000/h or 50000/day (a window of at most a day), or none`
         : `Rate '${
           text.slice(0, 40)
         }' allows more than ${RATE_MAX_COUNT} requests; write a smaller count, or none for no limit`,
@@ -185,11 +183,14 @@ export class RateLimiter {
         counts: new Uint32Array(this.#slots + 1),
         total: 0,
       };
-    } else {
-      // Recency order: an idle key moves to the front of eviction.
+      this.#counters.set(keyId, counter);
+    } else if (index > counter.newest) {
+      // Recency order, kept per bucket rather than per request (a Map
+      // re-insertion on every request is most of what the limit costs): a
+      // key idle for longer moves to the front of eviction.
       this.#counters.delete(keyId);
+      this.#counters.set(keyId, counter);
     }
-    this.#counters.set(keyId, counter);
     this.#advance(counter, index);
     const share = Math.max(0, Math.floor(options.share));
     const scale = options.scale ?? 1;

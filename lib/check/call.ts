@@ -9,6 +9,7 @@ import { CHECK_ENV, type CheckConfig } from "./config.ts";
 import { judgeFailure, judgeStatus } from "./judge.ts";
 import { blankOutcome, type CheckOutcome, state } from "./outcome.ts";
 import { microseconds } from "./_units.ts";
+import { readRateBudget, withRateBudget } from "./rate_budget.ts";
 
 // The connection status is a few hundred bytes; a page this big is not it.
 const MAX_BODY_BYTES = 64 * 1024;
@@ -60,14 +61,21 @@ export async function runCheck(
     httpStatus: response.status,
     roundTripSeconds: microseconds(roundTripMs / 1000),
   };
+  const budget = readRateBudget(response.headers);
   if (response.status === 200) {
-    return judgeStatus(answered, body, {
-      localMidpointMs: sentAt + roundTripMs / 2,
-      maxOffsetSeconds: config.maxOffsetSeconds,
-      expiryWarningDays: config.expiryWarningDays,
-    });
+    return withRateBudget(
+      judgeStatus(answered, body, {
+        localMidpointMs: sentAt + roundTripMs / 2,
+        maxOffsetSeconds: config.maxOffsetSeconds,
+        expiryWarningDays: config.expiryWarningDays,
+      }),
+      budget,
+    );
   }
-  return { ...answered, ...judgeFailure(response, body) };
+  return withRateBudget(
+    { ...answered, ...judgeFailure(response, body) },
+    budget,
+  );
 }
 
 async function readLimited(response: Response, limit: number): Promise<string> {

@@ -10,6 +10,7 @@ import { decodeAsciiEscapes, stillEscaped } from "../util/ascii_escapes.ts";
 import { escapeControlCharacters } from "../util/control_characters.ts";
 import type { CheckOutcome } from "./outcome.ts";
 import { milliseconds, plain, signed } from "./_units.ts";
+import { describeBudget, LOW_BUDGET_SHARE } from "./rate_budget.ts";
 
 /**
  * The first line: the state, the summary and, where measured, performance
@@ -29,6 +30,15 @@ export function formatFirstLine(outcome: CheckOutcome): string {
   }
   if (outcome.roundTripSeconds !== null) {
     perf.push(`rtt=${outcome.roundTripSeconds.toFixed(6)}s;;;0`);
+  }
+  const budget = outcome.rateLimit;
+  if (budget !== undefined) {
+    // Warn below a tenth of the quota: a range whose low end alerts.
+    perf.push(
+      `budget=${budget.remaining};${
+        Math.ceil(budget.quota * LOW_BUDGET_SHARE)
+      }:;;0;${budget.quota}`,
+    );
   }
   return escapeControlCharacters(
     `CONNECTION ${outcome.state} - ${outcome.summary}` +
@@ -73,6 +83,9 @@ export function formatDetails(outcome: CheckOutcome): string[] {
   }
   if (outcome.retryAfterSeconds !== null) {
     add("retry after", `${outcome.retryAfterSeconds} s`);
+  }
+  if (outcome.rateLimit !== undefined) {
+    add("rate limit", describeBudget(outcome.rateLimit));
   }
   if (outcome.advice !== null) add("what to do", outcome.advice);
   return lines.map(escapeControlCharacters);

@@ -161,6 +161,17 @@ export function judgeFailure(
         `do not retry in a loop, that leads to lock-out; check that ${CHECK_ENV.apiKey} holds the whole key, otherwise ask the installation's administrator to revoke it and generate a replacement`,
     };
   }
+  if (status === 429 && code === "rate_limited") {
+    // The key is valid and the service up: the installation calls more
+    // often than the key's limit allows.
+    return {
+      ...state("WARNING"),
+      retryAfterSeconds: retryAfter,
+      summary: `the key's rate limit is used up (${label}), retry ${wait}`,
+      advice:
+        "the key is fine; the installation calls more often than its rate limit allows: slow its calls down by the RateLimit header, or ask the installation's administrator for a higher limit",
+    };
+  }
   if (status === 429) {
     return {
       ...state("CRITICAL"),

@@ -13,6 +13,17 @@ export const EXIT = { OK: 0, WARNING: 1, CRITICAL: 2, UNKNOWN: 3 } as const;
 /** A monitoring-plugin state. */
 export type CheckState = keyof typeof EXIT;
 
+/** The key's rate limit and what remains of it, from the answer's headers. */
+export interface RateBudget {
+  /** Requests allowed per window. */
+  quota: number;
+  windowSeconds: number;
+  /** Requests left now, across the installation. */
+  remaining: number;
+  /** Seconds until the quota is restored in full. */
+  resetSeconds: number;
+}
+
 /** What one check found; also the `--json` output. */
 export interface CheckOutcome {
   /** The monitoring-plugin state. */
@@ -43,6 +54,8 @@ export interface CheckOutcome {
   maxOffsetSeconds: number | null;
   /** From a 429 or 503 answer. */
   retryAfterSeconds: number | null;
+  /** The key's rate limit, when the answer reports one. */
+  rateLimit?: RateBudget;
   /** What to do about it, for a person reading the alert. */
   advice: string | null;
 }

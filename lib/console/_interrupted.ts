@@ -78,6 +78,14 @@ function committed(
         made: `Key ${(error.result as KeyRecord).id} is created in the store`,
         replaced: `refusing it`,
       };
+    case "setRateLimit":
+      if (record !== null) {
+        return {
+          made: `Key ${record.id}'s rate limit is changed in the store`,
+          replaced: "applying the limit it had before",
+        };
+      }
+      break;
     case "setAllowFrom":
       if (record !== null) {
         return {

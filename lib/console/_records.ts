@@ -5,6 +5,7 @@
  * @module
  */
 
+import { formatRate } from "../auth/rate_limit.ts";
 import { KeyNotFoundError } from "../store/errors.ts";
 import { recordAt } from "../store/expiry.ts";
 import { publicRecord } from "../store/records.ts";
@@ -75,6 +76,12 @@ function usageLines(
   switch (field) {
     case "allowFrom":
       return [record.allowFrom?.map(visible).join(", ") ?? "anywhere"];
+    case "rateLimit":
+      return [
+        record.rateLimit === null
+          ? "none"
+          : `${formatRate(record.rateLimit)} (shared by every server)`,
+      ];
     case "networks":
       return record.networks.length === 0
         ? ["none seen yet"]

@@ -24,12 +24,13 @@ import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
 import { LIFETIME_OPTIONS, requestedExpiry } from "./_lifetime.ts";
 import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
+import { RATE_OPTION, requestedRate, shownRate } from "./_rate.ts";
 
-/** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES]`. */
+/** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES] [--rate RATE]`. */
 export const create: Command = {
   summary: "generate a key for an installation and print it once",
   usage:
-    "create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES]",
+    "create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES] [--rate RATE]",
   options: {
     name: {
       type: "string",
@@ -41,12 +42,14 @@ export const create: Command = {
     },
     ...LIFETIME_OPTIONS,
     "allow-from": ALLOW_FROM_OPTION,
+    rate: RATE_OPTION,
   },
   positionals: [0, 0],
   notes: [
     "",
     "The key is printed once, on stdout; messages go to stderr.",
     "KEY_MAX_LIFETIME, when set, bounds the lifetime and is the default one.",
+    "KEY_RATE_LIMIT, when set, is the rate of a key created without --rate.",
   ],
   async run({ store, values, json, out, actor, now }) {
     const name = checked(normalizeName, required(values, "name"));
@@ -55,6 +58,7 @@ export const create: Command = {
     const allowFrom = typeof values["allow-from"] === "string"
       ? allowFromOption(values["allow-from"])
       : null;
+    const rateLimit = requestedRate(values);
     refuseDiscardingStdout();
     const fresh = generateApiKey();
     let record: KeyRecord;
@@ -67,6 +71,7 @@ export const create: Command = {
         hint: fresh.hint,
         expiresAt,
         allowFrom,
+        rateLimit,
       }, { actor });
     } catch (error) {
       if (!(error instanceof WaitInterruptedError)) throw error;
@@ -91,6 +96,10 @@ export const create: Command = {
     report(
       `Created key ${named(record)} for ${visible(record.email)}${
         record.expiresAt === null ? "" : `, expiring at ${record.expiresAt}`
+      }${
+        record.rateLimit === null
+          ? ""
+          : `, limited to ${shownRate(record.rateLimit)}`
       }.\n${STORE_WARNING}`,
     );
   },

@@ -32,6 +32,8 @@ export type UsageCode =
   | "invalid_value"
   | "key_argument"
   | "key_id_out_of_range"
+  | "rate_syntax"
+  | "rate_too_large"
   | "file_not_found";
 
 /** Why a command could not be done: the code of a {@linkcode CommandError}. */
@@ -80,6 +82,9 @@ export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
   "invalid_email",
   "invalid_reason",
   "invalid_allowFrom",
+  "invalid_rateLimit",
+  "rate_syntax",
+  "rate_too_large",
   "file_not_found",
   "file_exists",
   "file_invalid",

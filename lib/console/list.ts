@@ -5,6 +5,7 @@
  * @module
  */
 
+import { formatRate } from "../auth/rate_limit.ts";
 import { recordAt } from "../store/expiry.ts";
 import { publicRecord } from "../store/records.ts";
 import type { KeyRecord } from "../store/types.ts";
@@ -158,6 +159,12 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
               ? " (soon)"
               : ""
           }`,
+    },
+    {
+      heading: "RATE",
+      width: 12,
+      dropRank: 7,
+      cell: (r) => r.rateLimit === null ? "" : formatRate(r.rateLimit),
     },
     // Which keys were exposed is repeated on stderr, so this column goes first.
     {

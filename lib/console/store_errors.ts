@@ -91,6 +91,8 @@ function fieldProblem(error: InvalidFieldError): string {
       return 'Allow-from must list at least one range; write "any" to allow every address';
     case "allowFrom:too_long":
       return `Allow-from may list at most ${limit} ranges; merge them into wider ranges`;
+    case "rateLimit:out_of_range":
+      return "Rate limit must be a whole count of 1 to 1000000000 per window of 1 s to 1 day; write it such as 600/min, or none";
     case "reason:control_or_bidi_characters":
       return "Reason must not contain control or bidirectional characters; write it on one line";
   }

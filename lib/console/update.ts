@@ -1,6 +1,6 @@
 /**
- * `keys update`: changes where a key may be used from, as an audited change
- * that holds for the next request on every server.
+ * `keys update`: changes where a key may be used from and its rate limit,
+ * each as an audited change that holds for the next request on every server.
  *
  * @module
  */
@@ -18,6 +18,7 @@ import {
   resolve,
 } from "./_records.ts";
 import { describeStoreError } from "./store_errors.ts";
+import { RATE_OPTION, rateOption, shownRate } from "./_rate.ts";
 
 /** The word that lifts a restriction. */
 const ANYWHERE = "any";
@@ -47,26 +48,36 @@ export function allowFromOption(text: string): string[] | null {
   }
 }
 
-/** `keys update KEY --allow-from RANGES|any`. */
+/** `keys update KEY [--allow-from RANGES|any] [--rate RATE|none]`. */
 export const update: Command = {
-  summary: "change where a key may be used from",
-  usage: "update KEY --allow-from RANGES|any",
-  options: { "allow-from": ALLOW_FROM_OPTION },
+  summary: "change where a key may be used from, or its rate limit",
+  usage: "update KEY [--allow-from RANGES|any] [--rate RATE|none]",
+  options: { "allow-from": ALLOW_FROM_OPTION, rate: RATE_OPTION },
   positionals: [1, 1, KEY_ARGUMENT],
   notes: [
     "",
     "From any other address the key gets the 401 of an invalid key, from the",
     "next request on, on every server sharing the store.",
+    "Past its rate the key gets 429 with Retry-After, from the next request",
+    "on; the servers share the limit, so the installation keeps it as a whole.",
   ],
   async run(ctx) {
     const raw = ctx.values["allow-from"];
-    if (typeof raw !== "string" || raw.trim() === "") {
+    const rateText = ctx.values.rate;
+    const hasAllow = typeof raw === "string" && raw.trim() !== "";
+    const hasRate = typeof rateText === "string" && rateText.trim() !== "";
+    if (!hasAllow && !hasRate) {
       throw new UsageError(
-        '--allow-from is required: ranges such as 192.0.2.0/24, or "any"',
+        '--allow-from or --rate is required: ranges such as 192.0.2.0/24 or "any"; a rate such as 600/min or "none"',
         { code: "option_required" },
       );
     }
-    const allowFrom = allowFromOption(raw);
+    const allowFrom = hasAllow ? allowFromOption(raw) : undefined;
+    const rateLimit = hasRate ? rateOption(rateText) : undefined;
+    const asked = [
+      ...(hasAllow ? ["--allow-from", raw] : []),
+      ...(hasRate ? ["--rate", rateText] : []),
+    ];
     const target = await resolve(ctx.store, ctx.positionals[0]);
     if (target.status === "revoked") {
       // Not rotate: a revoked key cannot be rotated either.
@@ -79,33 +90,50 @@ export const update: Command = {
             target.name,
             "--email",
             target.email,
-            "--allow-from",
-            raw,
+            ...asked,
           ])
         }`
         : `key ${holder.id} has its name now: update that one with ${
-          advice(["update", String(holder.id), "--allow-from", raw])
+          advice(["update", String(holder.id), ...asked])
         }`;
       throw new CommandError(
         `Key ${named(target)} is revoked and works from nowhere; ${instead}`,
         { code: "key_revoked" },
       );
     }
-    const { record, changed } = await ctx.store.setAllowFrom(
-      target.id,
-      allowFrom,
-      { actor: ctx.actor },
-    );
-    const where = allowFrom === null
-      ? "anywhere"
-      : `only ${allowFrom.join(", ")}`;
-    report(
-      changed
-        ? `Key ${
-          named(record)
-        } now works from ${where}, from the next request on.`
-        : `Key ${named(record)} already worked from ${where}; nothing changed.`,
-    );
+    let record = target;
+    if (allowFrom !== undefined) {
+      const set = await ctx.store.setAllowFrom(target.id, allowFrom, {
+        actor: ctx.actor,
+      });
+      record = set.record;
+      const where = allowFrom === null
+        ? "anywhere"
+        : `only ${allowFrom.join(", ")}`;
+      report(
+        set.changed
+          ? `Key ${
+            named(record)
+          } now works from ${where}, from the next request on.`
+          : `Key ${
+            named(record)
+          } already worked from ${where}; nothing changed.`,
+      );
+    }
+    if (rateLimit !== undefined) {
+      const set = await ctx.store.setRateLimit(target.id, rateLimit, {
+        actor: ctx.actor,
+      });
+      record = set.record;
+      const rate = rateLimit === null
+        ? "no rate limit"
+        : `a rate limit of ${shownRate(rateLimit)}`;
+      report(
+        set.changed
+          ? `Key ${named(record)} now has ${rate}, from the next request on.`
+          : `Key ${named(record)} already had ${rate}; nothing changed.`,
+      );
+    }
     // get() fills in the usage lists the change does not return.
     printRecord(ctx, (await ctx.store.get(record.id)) ?? record);
   },

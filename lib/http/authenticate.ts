@@ -10,7 +10,11 @@
  * 4. a key used from outside its `allowFrom` is refused exactly as an
  *    invalid key is (same 401, counted toward the lock-out), logged and
  *    noted on the key (lib/usage/networks.ts);
- * 5. a success is noted (last used, the network, a client known to be
+ * 5. a key with a rate limit takes one request from this server's share
+ *    of it (lib/auth/rate_limit.ts, lib/auth/peers.ts), in memory: past it,
+ *    429 `rate_limited` with `Retry-After`, never counted toward the
+ *    lock-out; within it, the `RateLimit` fields for the route's answer;
+ * 6. a success is noted (last used, the network, a client known to be
  *    honest) and the key's record handed to the route.
  *
  * Every outcome is counted by route. A route never sees a request whose key
@@ -29,6 +33,9 @@ import {
   LockoutTracker,
 } from "../auth/lockout.ts";
 import { Retirements } from "../auth/retirement.ts";
+import { RateLimiter } from "../auth/rate_limit.ts";
+import type { Peers } from "../auth/peers.ts";
+import { rateLimitHeaders } from "./rate_limit_headers.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import type { BackgroundWrites } from "../util/background.ts";
@@ -38,12 +45,18 @@ import {
   API_KEY_HEADER,
   keyInUrl,
   lockedOut,
+  rateLimited,
   unauthorized,
 } from "./responses.ts";
 
 /** What the step decided: the key's record, or the response to send instead. */
 export type AuthDecision =
-  | { ok: true; key: KeyRecord }
+  | {
+    ok: true;
+    key: KeyRecord;
+    /** Fields for the route's answer: the key's `RateLimit` ones, if any. */
+    headers?: [string, string][];
+  }
   | { ok: false; response: Response };
 
 /** Options of {@linkcode createAuthenticator}. */
@@ -62,6 +75,13 @@ export interface AuthenticatorOptions {
   background?: BackgroundWrites;
   /** The clock, in milliseconds: Date.now unless set; tests pin it. */
   now?: () => number;
+  /** Counts requests of keys with a rate limit; default one of its own. */
+  rateLimiter?: RateLimiter;
+  /**
+   * The servers sharing the store, whose count splits each limit; without
+   * it this server enforces the whole limit, as if alone.
+   */
+  peers?: Pick<Peers, "count" | "share">;
 }
 
 /** The step, bound to one store. */
@@ -92,7 +112,8 @@ export function createAuthenticator(
   const now = options.now ?? Date.now;
   const lookup = new KeyLookup(store, { lease: options.lease, now });
   lookup.warm().catch(() => {});
-  const { lastUsed, usage, log, background } = options;
+  const { lastUsed, usage, log, background, peers } = options;
+  const limiter = options.rateLimiter ?? new RateLimiter();
   const retirements = new Retirements(store, {
     background,
     onError: (error) =>
@@ -153,6 +174,26 @@ export function createAuthenticator(
         return { ok: false, response: unauthorized() };
       }
       if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
+      let headers: [string, string][] | undefined;
+      const limit = record.rateLimit;
+      if (limit !== null) {
+        // After every check of the key, so that only a valid key's request
+        // is counted, and a refusal here is never a failed authentication.
+        const decision = limiter.take(record.id, limit, {
+          share: peers === undefined
+            ? limit.count
+            : peers.share(limit, record.id),
+          scale: peers?.count ?? 1,
+        });
+        headers = rateLimitHeaders(limit, decision);
+        if (!decision.ok) {
+          countOutcome("rate_limited", route);
+          return {
+            ok: false,
+            response: rateLimited(decision.retryAfterSeconds, headers),
+          };
+        }
+      }
       // Before the success is answered, so that the old key is refused on
       // every instance from the next request on.
       if (record.retires !== null) {
@@ -166,7 +207,7 @@ export function createAuthenticator(
       const at = now();
       lastUsed?.used(record.id, at);
       usage?.used(record.id, counted, at);
-      return { ok: true, key: record };
+      return { ok: true, key: record, headers };
     },
 
     refuseKeyInUrl(candidates, { client, route }) {

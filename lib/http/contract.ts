@@ -103,6 +103,8 @@ const HEADER_COMPONENTS = {
   "Retry-After": "RetryAfter",
   "Allow": "Allow",
   "WWW-Authenticate": "WwwAuthenticate",
+  "RateLimit-Policy": "RateLimitPolicy",
+  "RateLimit": "RateLimit",
   "Cache-Control": "CacheControl",
   "X-Content-Type-Options": "ContentTypeOptions",
   "X-Request-Id": "RequestId",
@@ -157,11 +159,28 @@ export function openApiDocument(
   };
 }
 
+/**
+ * The fields of a key's rate limit (lib/http/rate_limit_headers.ts), on
+ * every answer the route gives an authenticated request of a key that has
+ * one.
+ */
+export const RATE_LIMIT_HEADERS = ["RateLimit-Policy", "RateLimit"] as const;
+
 /** The statuses a route's operation documents: its own and the router's. */
 export function operationResponses(
   route: Route,
   own: Record<number, ResponseContract>,
 ): Record<number, ResponseContract> {
+  if (route.auth === "api_key") {
+    // Every answer the route gives went through the API-key step, and
+    // carries the key's rate limit when it has one.
+    own = Object.fromEntries(
+      Object.entries(own).map(([status, response]) => [status, {
+        ...response,
+        headers: [...(response.headers ?? []), ...RATE_LIMIT_HEADERS],
+      }]),
+    );
+  }
   const added = route.auth === "api_key"
     ? { ...ROUTER_RESPONSES, ...API_KEY_RESPONSES }
     : ROUTER_RESPONSES;

@@ -16,16 +16,25 @@ import type { RateDecision, RateLimit } from "../auth/rate_limit.ts";
 /** The name of the policy in both fields: a key's own limit. */
 export const RATE_POLICY = "key";
 
+/**
+ * The policy field of each limit, written once: a cached record's limit is
+ * one object for as long as the record is cached, and this is every
+ * request's path for a key with a limit.
+ */
+const POLICIES = new WeakMap<RateLimit, string>();
+
 /** The two fields for an answer under `limit`, as `decision` left it. */
 export function rateLimitHeaders(
   limit: RateLimit,
   decision: Pick<RateDecision, "remaining" | "resetSeconds">,
 ): [string, string][] {
+  let policy = POLICIES.get(limit);
+  if (policy === undefined) {
+    policy = `"${RATE_POLICY}";q=${limit.count};w=${limit.windowSeconds}`;
+    POLICIES.set(limit, policy);
+  }
   return [
-    [
-      "RateLimit-Policy",
-      `"${RATE_POLICY}";q=${limit.count};w=${limit.windowSeconds}`,
-    ],
+    ["RateLimit-Policy", policy],
     [
       "RateLimit",
       `"${RATE_POLICY}";r=${Math.max(0, Math.floor(decision.remaining))};t=${

@@ -64,6 +64,22 @@ export function lockedOut(retryAfterSeconds: number): Response {
   });
 }
 
+/**
+ * 429 for a valid key past its rate limit: told apart from the lock-out's
+ * by its code, and carrying the `RateLimit` fields like every answer to
+ * the key.
+ */
+export function rateLimited(
+  retryAfterSeconds: number,
+  headers: readonly [string, string][],
+): Response {
+  const response = json(429, RATE_LIMITED_BODY, {
+    "retry-after": String(retryAfterSeconds),
+  });
+  for (const [name, value] of headers) response.headers.set(name, value);
+  return response;
+}
+
 /** 400 for a credential in the URL. */
 export function keyInUrl(): Response {
   return json(400, KEY_IN_URL_BODY);
@@ -108,6 +124,11 @@ const LOCKED_OUT_BODY = {
   message:
     "Too many failed authentications from this address; fix the key, then retry after Retry-After seconds",
 };
+const RATE_LIMITED_BODY = {
+  error: "rate_limited",
+  message:
+    "This key has made as many requests as its rate limit allows; the key is fine: retry after Retry-After seconds, and pace calls by the RateLimit header",
+};
 const KEY_IN_URL_BODY = {
   error: "key_in_url",
   message:
@@ -124,7 +145,12 @@ const INTERNAL_BODY = {
 };
 
 /** A header a documented response carries beyond the common ones. */
-export type DocumentedHeader = "Retry-After" | "Allow" | "WWW-Authenticate";
+export type DocumentedHeader =
+  | "Retry-After"
+  | "Allow"
+  | "WWW-Authenticate"
+  | "RateLimit-Policy"
+  | "RateLimit";
 
 /**
  * One answer as the contract describes it: `openapi.json` lists it under
@@ -209,8 +235,8 @@ export const DOCUMENTED = {
   lockedOut: {
     name: "TooManyRequests",
     description:
-      "Too many requests from this caller; in particular, too many failed authentications from one address lock it out for a while. Wait the number of seconds in `Retry-After` before the next request. If it follows a series of 401 answers, the key is the problem: fix or replace it rather than retry, or the lock-out starts again.",
-    headers: ["Retry-After"],
+      "Too many requests from this caller. Wait the number of seconds in `Retry-After` before the next request. Branch on the body's `error`:\n\n- `locked_out`: too many failed authentications from one address lock it out for a while. If it follows a series of 401 answers, the key is the problem: fix or replace it rather than retry, or the lock-out starts again.\n- `rate_limited`: the key is valid and has used its rate limit (`RateLimit-Policy`), shared by every server of the installation. Nothing is wrong with the key and nothing counts toward a lock-out: wait `Retry-After` seconds, and pace calls by the `RateLimit` header so that this answer does not come again. This answer carries `RateLimit-Policy` and `RateLimit`; the lock-out's does not.",
+    headers: ["Retry-After", "RateLimit-Policy", "RateLimit"],
     body: {
       name: "Error",
       schema: ERROR_SCHEMA,
@@ -218,6 +244,10 @@ export const DOCUMENTED = {
         lockedOut: {
           summary: "Locked out after repeated failed keys",
           value: LOCKED_OUT_BODY,
+        },
+        rateLimited: {
+          summary: "A valid key past its rate limit",
+          value: RATE_LIMITED_BODY,
         },
       },
     },

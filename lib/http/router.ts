@@ -154,6 +154,12 @@ export function createRouter(
         client,
         key: decision.key,
       });
+      if (decision.headers !== undefined) {
+        // Set on the route's own answer: no copy of the response.
+        for (const [name, value] of decision.headers) {
+          response.headers.set(name, value);
+        }
+      }
     } else {
       response = await route.methods[method]!({ request, client });
     }

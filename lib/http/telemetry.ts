@@ -31,7 +31,9 @@ export type AuthOutcome =
   | "locked_out"
   | "url_exposed"
   /** A valid key from outside its allowFrom, answered as an invalid one. */
-  | "address_refused";
+  | "address_refused"
+  /** A valid key past its rate limit: 429, not counted toward the lock-out. */
+  | "rate_limited";
 
 const outcomes = metrics.getMeter("integration-service").createCounter(
   "integration.auth.outcomes",

@@ -11,6 +11,11 @@
 import { DEFAULT_KV_PATH, type StoreLocation } from "../store/location.ts";
 export { DEFAULT_KV_PATH, type StoreLocation };
 import { DEFAULT_LOCKOUT } from "../auth/lockout.ts";
+import {
+  parseRate,
+  type RateLimit,
+  RateSyntaxError,
+} from "../auth/rate_limit.ts";
 export { DEFAULT_LOCKOUT };
 import {
   type Cidr,
@@ -195,6 +200,22 @@ export function readKeyMaxLifetime(env: EnvReader): number | null {
     );
   }
   return ms;
+}
+
+/**
+ * `KEY_RATE_LIMIT`, the rate limit of a new key created without `--rate`
+ * (such as `600/min`); null when unset or `none`. Read like
+ * `KEY_MAX_LIFETIME`: by the console, when it creates a key.
+ */
+export function readKeyRateLimit(env: EnvReader): RateLimit | null {
+  const raw = nonEmpty(env, "KEY_RATE_LIMIT");
+  if (raw === undefined) return null;
+  try {
+    return parseRate(raw);
+  } catch (error) {
+    if (!(error instanceof RateSyntaxError)) throw error;
+    throw new ConfigError(`KEY_RATE_LIMIT: ${error.message}`);
+  }
 }
 
 /** The whole-number settings: each variable with its default and range, once. */

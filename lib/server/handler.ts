@@ -17,6 +17,8 @@ import type { LockoutTracker } from "../auth/lockout.ts";
 import type { UsageRecorder } from "../usage/networks.ts";
 import { routeTable } from "../routes/table.ts";
 import type { Lease } from "../auth/lease.ts";
+import type { Peers } from "../auth/peers.ts";
+import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { KeyStore } from "../store/types.ts";
 
 export type { Handler } from "../http/router.ts";
@@ -47,6 +49,13 @@ export interface HandlerOptions {
   lease?: Lease;
   /** Counts the writes made off the request path, for a stop to wait for. */
   background?: BackgroundWrites;
+  /**
+   * The servers sharing the store (lib/auth/peers.ts), started by the
+   * caller: each key's rate limit is split among them.
+   */
+  peers?: Pick<Peers, "count" | "share">;
+  /** Counts requests of keys with a rate limit; default one of its own. */
+  rateLimiter?: RateLimiter;
 }
 
 /** Builds the service's handler over a store. */
@@ -61,6 +70,8 @@ export function createHandler(
     log: options.log,
     lease: options.lease,
     background: options.background,
+    peers: options.peers,
+    rateLimiter: options.rateLimiter,
   });
   return createRouter(routeTable({ store, now: options.now }), {
     authenticator,

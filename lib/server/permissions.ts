@@ -51,6 +51,7 @@ export const CONSOLE_VARIABLES = [
   "LOGNAME",
   "NO_COLOR",
   "KEY_MAX_LIFETIME",
+  "KEY_RATE_LIMIT",
 ] as const;
 
 /** What the server needs: its listening address, its store, its TLS files, its variables. */

@@ -13,7 +13,8 @@ import {
   InvalidFieldError,
 } from "./errors.ts";
 import { MAX_KEY_ID, nameKey, normalizeEmail } from "./records.ts";
-import type { AuditEntry, KeyRecord } from "./types.ts";
+import { storedRateLimit } from "./rate_limits.ts";
+import type { AuditEntry, KeyRecord, RateLimit } from "./types.ts";
 import {
   NETWORKS_KEPT,
   normalizeAllowFrom,
@@ -42,6 +43,7 @@ const ACTIONS = new Set([
   "expose",
   "import",
   "allow_from",
+  "rate_limit",
   "network",
 ]);
 
@@ -159,6 +161,21 @@ function importedUsage(
 }
 
 /**
+ * An imported key's rate limit: absent or null (exports before version 3)
+ * is none; anything else must be a limit as a store keeps it.
+ */
+function importedRateLimit(
+  record: Partial<Pick<KeyRecord, "rateLimit">>,
+  id: number,
+): RateLimit | null {
+  const value = record.rateLimit ?? null;
+  if (value === null) return null;
+  const limit = storedRateLimit(value);
+  if (limit === null) fail(id, "usage_malformed", { recordField: "rateLimit" });
+  return limit;
+}
+
+/**
  * Checks one import's records and audit lines as they stream by, remembering
  * what must stay unique across the whole import.
  */
@@ -267,6 +284,7 @@ export class ImportChecker {
       expiresAt: record.expiresAt ?? null,
       replacedBy: record.replacedBy ?? null,
       retires: record.retires ?? null,
+      rateLimit: importedRateLimit(record, id),
       ...usage,
     };
   }

@@ -49,6 +49,7 @@ export type AuthenticationChange =
   | "rotate"
   | "retire"
   | "setAllowFrom"
+  | "setRateLimit"
   | "importAll"
   | "abortImport";
 

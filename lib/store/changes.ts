@@ -12,6 +12,7 @@
 
 import type { ChangeDraft, ChangeReads } from "./backend.ts";
 import {
+  InvalidFieldError,
   KeyCollisionError,
   KeyNotFoundError,
   NameTakenError,
@@ -35,11 +36,17 @@ import {
   networkDetail,
   normalizeAllowFrom,
 } from "./usage_lists.ts";
+import {
+  rateLimitDetail,
+  sameRateLimit,
+  storedRateLimit,
+} from "./rate_limits.ts";
 import type {
   ChangeOptions,
   ExposeOptions,
   KeyRecord,
   NewKeyInput,
+  RateLimit,
   RetireOptions,
   RevokeOptions,
   RevokeResult,
@@ -64,20 +71,25 @@ export async function createKey(
   const allowFrom = input.allowFrom
     ? normalizeAllowFrom(input.allowFrom)
     : null;
+  const rateLimit = checkedRateLimit(input.rateLimit ?? null);
   const holder = await draft.nameHolder(name);
   if (holder !== null) throw new NameTakenError(name, holder);
   if (await draft.hashTaken(input.hash)) throw new KeyCollisionError();
   const record = newRecord(
     await draft.nextId(),
-    { ...input, name, email, allowFrom },
+    { ...input, name, email, allowFrom, rateLimit },
     draft.at,
   );
   draft.insert(record);
+  const details = [
+    ...(allowFrom === null ? [] : [allowFromDetail(allowFrom)]),
+    ...(rateLimit === null ? [] : [rateLimitDetail(rateLimit)]),
+  ];
   draft.audit({
     action: "create",
     keyId: record.id,
     actor: options.actor,
-    detail: allowFrom === null ? null : allowFromDetail(allowFrom),
+    detail: details.length === 0 ? null : details.join("; "),
   });
   return record;
 }
@@ -192,6 +204,42 @@ export async function restrictKey(
     detail: allowFromDetail(wanted),
   });
   return { record, changed: true };
+}
+
+/**
+ * Sets (or with null lifts) key `id`'s rate limit. It alters what a request
+ * gets, so it is an authentication change: every server drops the cached
+ * record before it returns, and applies the new limit from the next request.
+ */
+export async function limitKey(
+  draft: Authenticating,
+  id: number,
+  options: ChangeOptions & { rateLimit: RateLimit | null },
+): Promise<{ record: KeyRecord; changed: boolean }> {
+  const wanted = checkedRateLimit(options.rateLimit);
+  const current = await stored(draft, id);
+  const record = { ...current, rateLimit: wanted };
+  if (sameRateLimit(current.rateLimit, wanted)) {
+    return { record, changed: false };
+  }
+  draft.update(record);
+  draft.audit({
+    action: "rate_limit",
+    keyId: id,
+    actor: options.actor,
+    detail: rateLimitDetail(wanted),
+  });
+  return { record, changed: true };
+}
+
+/** A limit in its stored shape; one out of range is refused, never dropped. */
+function checkedRateLimit(limit: RateLimit | null): RateLimit | null {
+  if (limit === null) return null;
+  const checked = storedRateLimit(limit);
+  if (checked === null) {
+    throw new InvalidFieldError("rateLimit", "out_of_range");
+  }
+  return checked;
 }
 
 /** Marks key `id` as seen in a URL, once; true when this call marked it. */

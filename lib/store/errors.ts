@@ -9,7 +9,12 @@
  */
 
 /** The admin-supplied field an input error is about. */
-export type InputField = "name" | "email" | "reason" | "allowFrom";
+export type InputField =
+  | "name"
+  | "email"
+  | "reason"
+  | "allowFrom"
+  | "rateLimit";
 
 /** Every code of {@linkcode StoreInputError} and its subclasses. */
 export type StoreInputCode =
@@ -23,6 +28,7 @@ export type StoreInputCode =
   | "invalid_email"
   | "invalid_reason"
   | "invalid_allowFrom"
+  | "invalid_rateLimit"
   | "import_unfinished"
   | "import_aborted"
   | "import_not_empty"
@@ -154,7 +160,9 @@ export type FieldProblem =
   /** Not an e-mail address of at most `limit` characters. */
   | "not_an_address"
   /** Not an address or CIDR range, or one with host bits set (`value`). */
-  | "not_a_range";
+  | "not_a_range"
+  /** A rate limit whose count or window is not whole or out of range. */
+  | "out_of_range";
 
 /** An admin-supplied name, e-mail or reason the store's rules refuse. */
 export class InvalidFieldError extends StoreInputError {
@@ -225,7 +233,7 @@ export type ImportDefect =
   | "time_malformed"
   /** `recordField` is longer than `limit` characters. */
   | "text_too_long"
-  /** `recordField` (allowFrom, networks, refusedUses) is not as an export writes it. */
+  /** `recordField` (allowFrom, rateLimit, networks, refusedUses) is not as an export writes it. */
   | "usage_malformed"
   /** `recordField` (replacedBy, retires) links keys as no rotation does. */
   | "link_invalid";

@@ -22,6 +22,7 @@ import {
 import {
   createKey,
   exposeKey,
+  limitKey,
   noteNetworks,
   noteRefused,
   restrictKey,
@@ -43,6 +44,7 @@ import type {
   KeyRecord,
   KeyStore,
   NewKeyInput,
+  RateLimit,
   RetireOptions,
   RevokeOptions,
   RevokeResult,
@@ -220,6 +222,20 @@ export class KeyService implements KeyStore {
       this.#backend.change(
         authentication("setAllowFrom"),
         (draft) => restrictKey(draft, id, { ...options, allowFrom }),
+      ),
+    );
+  }
+
+  setRateLimit(
+    id: number,
+    rateLimit: RateLimit | null,
+    options: ChangeOptions,
+  ): Promise<{ record: KeyRecord; changed: boolean }> {
+    this.#call("setRateLimit");
+    return this.#settle(
+      this.#backend.change(
+        authentication("setRateLimit"),
+        (draft) => limitKey(draft, id, { ...options, rateLimit }),
       ),
     );
   }

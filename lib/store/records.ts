@@ -195,6 +195,7 @@ export function withLifecycle(record: KeyRecord): KeyRecord {
     expiresAt: record.expiresAt ?? null,
     replacedBy: record.replacedBy ?? null,
     retires: record.retires ?? null,
+    rateLimit: record.rateLimit ?? null,
   };
 }
 
@@ -250,6 +251,7 @@ export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
     replacedBy: null,
     retires: null,
     allowFrom: input.allowFrom ?? null,
+    rateLimit: input.rateLimit ?? null,
     networks: [],
     refusedUses: [],
   };
@@ -297,7 +299,12 @@ export function rotation(
   // The replacement is the same installation's key: a restriction to its
   // networks must not fall away because the key was rotated (often after a
   // leak, when it matters most).
-  const created = { ...fresh, allowFrom: current.allowFrom };
+  // Its rate limit likewise: a rotation is not a way around the limit.
+  const created = {
+    ...fresh,
+    allowFrom: current.allowFrom,
+    rateLimit: current.rateLimit,
+  };
   if (options.overlapUntil === undefined) {
     return {
       created,

@@ -6,6 +6,16 @@
  * @module
  */
 
+/**
+ * A per-key rate limit: `count` requests in any `windowSeconds`. Enforced
+ * in memory by each server on its share (lib/auth/rate_limit.ts); part of
+ * the record, so a cached record carries it.
+ */
+export interface RateLimit {
+  count: number;
+  windowSeconds: number;
+}
+
 /** The two states of the specification: usable, or revoked for good. */
 export type KeyStatus = "valid" | "revoked";
 
@@ -56,6 +66,11 @@ export interface KeyRecord {
    */
   allowFrom: string[] | null;
   /**
+   * How many requests the key may make in a window, across every server;
+   * null: no limit. Part of the record, so a cached record carries it.
+   */
+  rateLimit: RateLimit | null;
+  /**
    * The last networks the key authenticated from, oldest first seen first.
    * Written apart from the record; filled in by `get()` and `list()` only.
    */
@@ -91,6 +106,8 @@ export interface NewKeyInput {
   expiresAt?: string | null;
   /** Canonical ranges the key may be used from; null or absent: anywhere. */
   allowFrom?: string[] | null;
+  /** The key's rate limit; null or absent: none. */
+  rateLimit?: RateLimit | null;
 }
 
 /** One line of the audit log. */
@@ -103,6 +120,7 @@ export interface AuditEntry {
     | "expose"
     | "import"
     | "allow_from"
+    | "rate_limit"
     | "network";
   keyId: number;
   /** Who did it: OS user and host for the console. */
@@ -311,6 +329,16 @@ export interface KeyStore extends InstanceRegistry {
   setAllowFrom(
     id: number,
     allowFrom: string[] | null,
+    options: ChangeOptions,
+  ): Promise<{ record: KeyRecord; changed: boolean }>;
+  /**
+   * Sets (or with null lifts) a key's rate limit: an audited change that
+   * alters authentication, so it returns once every server has dropped the
+   * cached record. `changed` is false when it was so already.
+   */
+  setRateLimit(
+    id: number,
+    rateLimit: RateLimit | null,
     options: ChangeOptions,
   ): Promise<{ record: KeyRecord; changed: boolean }>;
   /**

@@ -66,6 +66,7 @@ const RECORD = [
   "replacedBy",
   "retires",
   "allowFrom",
+  "rateLimit",
   "networks",
   "refusedUses",
 ];
@@ -215,6 +216,24 @@ function rows(key: { identify: () => string }): Row[] {
       args: ["update", "3", "--allow-from", "10.0.0.1/99"],
       exit: 2,
       error: "invalid_allowFrom",
+    },
+    {
+      args: ["update", "3", "--rate", "600/fortnight"],
+      exit: 2,
+      error: "rate_syntax",
+    },
+    {
+      args: [
+        "create",
+        "--name",
+        "x",
+        "--email",
+        "a@b.example",
+        "--rate",
+        "9999999999/s",
+      ],
+      exit: 2,
+      error: "rate_too_large",
     },
     {
       args: ["create", "--name", "x", "--email", "a@b.example", "--expires-in"],

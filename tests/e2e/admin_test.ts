@@ -144,7 +144,7 @@ Deno.test("list shows valid keys in a table and --all adds revoked ones with whe
   const list = await keys(dir.path, ["list"]);
   assert.match(
     list.stdout,
-    /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+LAST USED\s+HINT\s+EXPIRES\s+EXPOSED IN A URL\n/,
+    /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+LAST USED\s+HINT\s+EXPIRES\s+RATE\s+EXPOSED IN A URL\n/,
   );
   assert.match(
     list.stdout,
@@ -469,7 +469,7 @@ Deno.test("list shows times relative to now, LAST USED as never when unused, and
   const rows = list.stdout.trim().split("\n");
   assert.match(
     rows[0],
-    /\bCREATED\s+LAST USED\s+HINT\s+EXPIRES\s+EXPOSED IN A URL\s+REVOKED\b/,
+    /\bCREATED\s+LAST USED\s+HINT\s+EXPIRES\s+RATE\s+EXPOSED IN A URL\s+REVOKED\b/,
   );
   assert.match(
     rows[1],

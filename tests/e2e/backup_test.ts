@@ -114,7 +114,7 @@ Deno.test("an export holds hashes, never a key, with a header first and the coun
   const lines = text.trimEnd().split("\n").map((l) => JSON.parse(l));
   assert.deepEqual(
     [lines[0].format, lines[0].version],
-    ["integration-service-keys", 2],
+    ["integration-service-keys", 3],
   );
   assert.deepEqual(lines.at(-1), { type: "end", keys: 4, audit: 5 });
   const records = lines.filter((l) => l.type === "key").map((l) => l.record);
@@ -264,8 +264,8 @@ Deno.test("a malformed export exits 1 with one line naming the line, and leaves 
     ],
     [
       "a newer format",
-      [good[0].replace('"version":2', '"version":3'), ...good.slice(1)],
-      /^Line 1 of \.\/data\/bad\.jsonl says export version 3, and this console reads versions 1 and 2/,
+      [good[0].replace('"version":3', '"version":4'), ...good.slice(1)],
+      /^Line 1 of \.\/data\/bad\.jsonl says export version 4, and this console reads versions 1, 2 and 3/,
     ],
     [
       "a file cut short",
@@ -364,8 +364,14 @@ Deno.test("a large export streams back in across read and write batches", async 
   );
   const back = (await Deno.readTextFile(`${dir.path}/data/again.jsonl`))
     .trimEnd().split("\n");
-  // Written in version 2: the same records, with the fields version 1 lacked as null.
-  const lifecycle = { expiresAt: null, replacedBy: null, retires: null };
+  // Written in version 3: the same records, with the fields version 1
+  // lacked as null, and version 2's keys without a rate limit.
+  const lifecycle = {
+    expiresAt: null,
+    replacedBy: null,
+    retires: null,
+    rateLimit: null,
+  };
   assert.deepEqual(
     back.slice(1, count + 1).map((line) => JSON.parse(line)),
     lines.slice(1, count + 1).map((line) => {

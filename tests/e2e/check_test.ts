@@ -728,3 +728,57 @@ Deno.test("the offset and round trip are reported to the microsecond, without fl
   const json = JSON.stringify(outcome);
   assert.doesNotMatch(json, /\d\.\d{7,}/, json);
 });
+
+Deno.test("check reports the key's remaining rate budget, and warns with exit 1 when under a tenth of the quota is left", async () => {
+  const cases = [
+    { left: 540, code: 0, state: "OK" },
+    { left: 59, code: 1, state: "WARNING" },
+  ];
+  for (const { left, code, state } of cases) {
+    await using server = fakeServer(() => {
+      const response = statusAt(new Date().toISOString());
+      response.headers.set("RateLimit-Policy", '"key";q=600;w=60');
+      response.headers.set("RateLimit", `"key";r=${left};t=42`);
+      return response;
+    });
+    const result = await check(env(server.url, STRANGER_KEY));
+    assert.equal(result.code, code, result.stdout);
+    assert.match(firstLine(result), new RegExp(`^CONNECTION ${state} - `));
+    assert.match(firstLine(result), new RegExp(` budget=${left};60:;;0;600`));
+    assert.match(
+      result.stdout,
+      new RegExp(`^rate limit: +${left} of 600 requests left per 60 s`, "m"),
+    );
+    if (state === "WARNING") {
+      assert.match(firstLine(result), /rate limit nearly used/);
+    }
+    const json = await check(env(server.url, STRANGER_KEY), ["--json"]);
+    assert.deepEqual(JSON.parse(json.stdout).rateLimit, {
+      quota: 600,
+      windowSeconds: 60,
+      remaining: left,
+      resetSeconds: 42,
+    });
+  }
+});
+
+Deno.test("check tells a key's rate limit (429 rate_limited, exit 1: the key is fine) from the lock-out (429 locked_out, exit 2)", async () => {
+  await using server = fakeServer(() =>
+    Response.json({ error: "rate_limited", message: "slow down" }, {
+      status: 429,
+      headers: {
+        "retry-after": "7",
+        "ratelimit-policy": '"key";q=600;w=60',
+        "ratelimit": '"key";r=0;t=7',
+      },
+    })
+  );
+  const result = await check(env(server.url, STRANGER_KEY));
+  assert.equal(result.code, 1, result.stdout);
+  assert.match(
+    firstLine(result),
+    /^CONNECTION WARNING - the key's rate limit is used up \(HTTP 429 rate_limited\), retry after 7 s/,
+  );
+  assert.match(result.stdout, /the key is fine/);
+  assert.match(result.stdout, /^rate limit: +0 of 600 requests left/m);
+});

@@ -696,6 +696,106 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     ]);
   });
 
+  test("setRateLimit() is an authentication change: audited, it moves the authentication revision and the change feed; the same limit again changes nothing", async (store) => {
+    const key = await store.create(input("a"), { actor: ACTOR });
+    assert.equal(key.rateLimit, null);
+    const before = await store.findByHashAt(key.hash);
+    const set = await store.setRateLimit(
+      key.id,
+      { count: 600, windowSeconds: 60 },
+      { actor: ACTOR },
+    );
+    assert.equal(set.changed, true);
+    assert.deepEqual(set.record.rateLimit, { count: 600, windowSeconds: 60 });
+    const after = await store.findByHashAt(key.hash);
+    assert.ok(after.revision > before.revision);
+    assert.ok(after.authRevision > before.authRevision);
+    assert.deepEqual(after.record?.rateLimit, {
+      count: 600,
+      windowSeconds: 60,
+    });
+    const feed = await store.changesSince(before.revision);
+    assert.ok(feed.rebuild || feed.keyIds.includes(key.id));
+    const again = await store.setRateLimit(
+      key.id,
+      { count: 600, windowSeconds: 60 },
+      { actor: ACTOR },
+    );
+    assert.equal(again.changed, false);
+    assert.equal(await store.revision(), after.revision);
+    await store.setRateLimit(key.id, null, { actor: ACTOR });
+    assert.equal((await store.get(key.id))?.rateLimit, null);
+    const lines = (await collect(store.audit({ keyId: key.id })))
+      .filter((e) => e.action === "rate_limit").map((e) => e.detail);
+    assert.deepEqual(lines, ["600 requests per 60 s", "no rate limit"]);
+    await assert.rejects(
+      store.setRateLimit(key.id, { count: 0, windowSeconds: 60 }, {
+        actor: ACTOR,
+      }),
+      StoreInputError,
+    );
+    await assert.rejects(
+      store.setRateLimit(99, null, { actor: ACTOR }),
+      KeyNotFoundError,
+    );
+  });
+
+  test("create() with a rate limit stores it, says so in the audit, and rotate() hands it to the replacement", async (store) => {
+    const key = await store.create({
+      ...input("a"),
+      rateLimit: { count: 10, windowSeconds: 1 },
+    }, { actor: ACTOR });
+    assert.deepEqual((await store.findByHash(key.hash))?.rateLimit, {
+      count: 10,
+      windowSeconds: 1,
+    });
+    const [line] = await collect(store.audit({ keyId: key.id }));
+    assert.equal(line.detail, "10 requests per 1 s");
+    const plain = await store.rotate(key.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    assert.deepEqual(plain.created.rateLimit, { count: 10, windowSeconds: 1 });
+    const overlapped = await store.rotate(plain.created.id, generateApiKey(), {
+      actor: ACTOR,
+      overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+    });
+    const stored = await store.findByHashAt(overlapped.created.hash);
+    assert.deepEqual(stored.record?.rateLimit, { count: 10, windowSeconds: 1 });
+  });
+
+  test("exportAll() then importAll() carries the rate limit and its audit line; a record without one imports without a limit", async (store) => {
+    const key = await store.create(input("a"), { actor: ACTOR });
+    await store.setRateLimit(key.id, { count: 5, windowSeconds: 3600 }, {
+      actor: ACTOR,
+    });
+    const items = await collect(store.exportAll());
+    await using target = await open();
+    await target.importAll(
+      (async function* () {
+        yield* items;
+      })(),
+      { actor: ACTOR },
+    );
+    assert.deepEqual((await target.findByHashAt(key.hash)).record?.rateLimit, {
+      count: 5,
+      windowSeconds: 3600,
+    });
+    assert.ok(
+      (await collect(target.audit({ keyId: key.id })))
+        .some((e) => e.action === "rate_limit"),
+    );
+    await using older = await open();
+    const { record } = importedKey(1);
+    const { rateLimit: _l, ...old } = record;
+    await older.importAll(
+      (async function* () {
+        yield { type: "key" as const, record: old as KeyRecord };
+      })(),
+      { actor: ACTOR },
+    );
+    assert.equal((await older.get(1))?.rateLimit, null);
+  });
+
   test("recordNetworkUses() audits a network's first use only, moves the revision only then, and keeps five networks", async (store) => {
     const key = await store.create(input("a"), { actor: ACTOR });
     const t = (s: number) => new Date(Date.parse(key.createdAt) + s * 1000);

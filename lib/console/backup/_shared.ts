@@ -15,10 +15,12 @@ export const STDOUT = "-";
  * Version 2 added expiresAt, replacedBy and retires, and each key's
  * allowFrom, networks and refusedUses; a version-1 file still imports, its
  * keys without a lifetime, usable from anywhere, with nothing seen.
+ * Version 3 added each key's rateLimit; a version-2 file imports its keys
+ * without a limit.
  */
-export const EXPORT_VERSION = 2;
+export const EXPORT_VERSION = 3;
 /** The versions an import reads. */
-export const IMPORT_VERSIONS: readonly unknown[] = [1, EXPORT_VERSION];
+export const IMPORT_VERSIONS: readonly unknown[] = [1, 2, EXPORT_VERSION];
 /** No line of an export comes near this; a longer one is not an export. */
 export const MAX_LINE_CHARS = 1024 * 1024;
 export const PROGRESS_EVERY_MS = 2000;

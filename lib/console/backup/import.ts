@@ -190,7 +190,9 @@ class ExportReader {
       throw this.#problem(
         `says export version ${
           JSON.stringify(value.version)
-        }, and this console reads versions ${IMPORT_VERSIONS.join(" and ")}`,
+        }, and this console reads versions ${
+          IMPORT_VERSIONS.slice(0, -1).join(", ")
+        } and ${IMPORT_VERSIONS.at(-1)}`,
         "import it with the version of the service that exported it",
       );
     }

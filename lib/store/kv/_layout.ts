@@ -27,6 +27,7 @@
 
 import { expiryMs } from "../expiry.ts";
 import { nameKey, withLifecycle } from "../records.ts";
+import { storedRateLimit } from "../rate_limits.ts";
 import { StoreUnavailableError } from "../errors.ts";
 import type { KeyRecord } from "../types.ts";
 
@@ -81,6 +82,7 @@ export function storedRecord(record: KeyRecord): KeyRecord {
   return withLifecycle({
     ...record,
     allowFrom: record.allowFrom ?? null,
+    rateLimit: storedRateLimit(record.rateLimit),
     lastUsedAt: null,
     networks: [],
     refusedUses: [],

@@ -151,6 +151,7 @@ function importedRow(record: KeyRecord): Record<string, unknown> {
     replaced_by: record.replacedBy,
     retires: record.retires,
     allow_from: record.allowFrom,
+    rate_limit: record.rateLimit,
     networks: record.networks,
     refused: record.refusedUses,
   };
@@ -160,16 +161,16 @@ async function insertImportedKeys(tx: Tx, json: string): Promise<void> {
   await tx`
     INSERT INTO keys (id, name, name_key, email, status, hash, hint,
       created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
-      expires_at, replaced_by, retires, allow_from)
+      expires_at, replaced_by, retires, allow_from, rate_limit)
     SELECT id, name, name_key, email, status, hash, hint,
       created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
-      expires_at, replaced_by, retires, allow_from
+      expires_at, replaced_by, retires, allow_from, rate_limit
     FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint, name text,
       name_key text, email text, status text, hash text, hint text,
       created_at timestamptz, revoked_at timestamptz, revoked_reason text,
       exposed_at timestamptz, exposed_from text,
       expires_at timestamptz, replaced_by bigint, retires bigint,
-      allow_from jsonb)`;
+      allow_from jsonb, rate_limit jsonb)`;
   await tx`
     INSERT INTO key_usage (key_id, networks, refused)
     SELECT id, networks, refused

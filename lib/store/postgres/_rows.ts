@@ -8,11 +8,13 @@
 
 import type { AuditLine } from "../change.ts";
 import { nameKey } from "../records.ts";
+import { storedRateLimit } from "../rate_limits.ts";
 import type {
   AuditEntry,
   KeyRecord,
   KeyStatus,
   NetworkUse,
+  RateLimit,
   RefusedUse,
 } from "../types.ts";
 import type { Tx } from "./connection.ts";
@@ -36,6 +38,8 @@ export interface KeyRow {
   /** From `last_used`, where get() and list() join it. */
   last_used_at?: Date | null;
   allow_from: string[] | null;
+  /** Absent in a row read before migration 7: no limit. */
+  rate_limit?: RateLimit | null;
   /** From `key_usage`, where get() and list() join it. */
   networks?: NetworkUse[] | null;
   refused?: RefusedUse[] | null;
@@ -73,6 +77,7 @@ export function toRecord(row: KeyRow): KeyRecord {
     replacedBy: row.replaced_by === null ? null : Number(row.replaced_by),
     retires: row.retires === null ? null : Number(row.retires),
     allowFrom: row.allow_from ?? null,
+    rateLimit: storedRateLimit(row.rate_limit),
     networks: row.networks ?? [],
     refusedUses: row.refused ?? [],
   };
@@ -99,13 +104,14 @@ export async function insertKey(tx: Tx, record: KeyRecord): Promise<void> {
   await tx`
     INSERT INTO keys (id, name, name_key, email, status, hash, hint,
       created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
-      expires_at, replaced_by, retires, allow_from)
+      expires_at, replaced_by, retires, allow_from, rate_limit)
     VALUES (${record.id}, ${record.name}, ${nameKey(record.name)},
       ${record.email}, ${record.status}, ${record.hash}, ${record.hint},
       ${record.createdAt}, ${record.revokedAt}, ${record.revokedReason},
       ${record.exposedAt}, ${record.exposedFrom}, ${record.expiresAt},
       ${record.replacedBy}, ${record.retires},
-      ${jsonOrNull(record.allowFrom)}::text::jsonb)`;
+      ${jsonOrNull(record.allowFrom)}::text::jsonb,
+      ${jsonOrNull(record.rateLimit)}::text::jsonb)`;
 }
 
 /**
@@ -119,7 +125,8 @@ export async function updateKey(tx: Tx, record: KeyRecord): Promise<void> {
       exposed_at = ${record.exposedAt}, exposed_from = ${record.exposedFrom},
       expires_at = ${record.expiresAt}, replaced_by = ${record.replacedBy},
       retires = ${record.retires},
-      allow_from = ${jsonOrNull(record.allowFrom)}::text::jsonb
+      allow_from = ${jsonOrNull(record.allowFrom)}::text::jsonb,
+      rate_limit = ${jsonOrNull(record.rateLimit)}::text::jsonb
     WHERE id = ${record.id}`;
 }
 

@@ -18,6 +18,7 @@
  * - `key_usage`: per key, the networks it was used from and the uses refused
  *   for coming from outside `keys.allow_from`, apart from `keys` like
  *   `last_used` (only a network's first use, being audited, takes `meta`).
+ *   `keys.rate_limit` holds a key's limit as JSON, null for none.
  *
  * @module
  */
@@ -160,6 +161,15 @@ const MIGRATIONS: readonly string[] = [
   ALTER TABLE meta ADD COLUMN auth_revision bigint;
   UPDATE meta SET auth_revision = revision;
   ALTER TABLE meta ALTER COLUMN auth_revision SET NOT NULL;
+  `,
+  // 7: a rate limit per key ({count, windowSeconds}; null: none), set and
+  // changed by an audited change of its own.
+  `
+  ALTER TABLE keys ADD COLUMN rate_limit jsonb;
+  ALTER TABLE audit DROP CONSTRAINT audit_action_check;
+  ALTER TABLE audit ADD CONSTRAINT audit_action_check
+    CHECK (action IN ('create', 'revoke', 'rotate', 'expose', 'import',
+      'allow_from', 'rate_limit', 'network'));
   `,
 ];
 

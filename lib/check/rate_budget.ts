@@ -1,0 +1,65 @@
+/**
+ * The key's rate limit as the answer's `RateLimit-Policy` and `RateLimit`
+ * fields report it (lib/http/rate_limit_headers.ts writes them), and when
+ * what remains is low enough to warn about.
+ *
+ * @module
+ */
+
+import type { CheckOutcome, RateBudget } from "./outcome.ts";
+import { state } from "./outcome.ts";
+
+/** Below this share of the quota left, the check warns. */
+export const LOW_BUDGET_SHARE = 0.1;
+
+/**
+ * The budget both fields describe, or null when either is absent or not
+ * as the service writes it (a key without a limit, or another server).
+ */
+export function readRateBudget(headers: Headers): RateBudget | null {
+  const policy = /^"key";q=(\d{1,10});w=(\d{1,6})$/.exec(
+    headers.get("ratelimit-policy")?.trim() ?? "",
+  );
+  const left = /^"key";r=(\d{1,12});t=(\d{1,7})$/.exec(
+    headers.get("ratelimit")?.trim() ?? "",
+  );
+  if (policy === null || left === null) return null;
+  return {
+    quota: Number(policy[1]),
+    windowSeconds: Number(policy[2]),
+    remaining: Number(left[1]),
+    resetSeconds: Number(left[2]),
+  };
+}
+
+/**
+ * The outcome with the budget attached; an OK one becomes a WARNING when
+ * less than {@linkcode LOW_BUDGET_SHARE} of the quota remains, as the next
+ * calls may then meet 429 `rate_limited`.
+ */
+export function withRateBudget(
+  outcome: CheckOutcome,
+  budget: RateBudget | null,
+): CheckOutcome {
+  if (budget === null) return outcome;
+  const found = { ...outcome, rateLimit: budget };
+  if (
+    outcome.state !== "OK" ||
+    budget.remaining >= budget.quota * LOW_BUDGET_SHARE
+  ) return found;
+  return {
+    ...found,
+    ...state("WARNING"),
+    summary:
+      `rate limit nearly used: ${budget.remaining} of ${budget.quota} requests left in ${budget.windowSeconds} s, ${outcome.summary}`,
+    advice:
+      `the installation calls nearly as often as its key's rate limit allows; slow its calls down (the RateLimit header says how far), or ask the installation's administrator for a higher limit`,
+  };
+}
+
+/** The budget as the check's details show it. */
+export function describeBudget(budget: RateBudget): string {
+  return `${budget.remaining} of ${budget.quota} requests left per ${budget.windowSeconds} s, restored in full within ${budget.resetSeconds} s (warning below ${
+    Math.ceil(budget.quota * LOW_BUDGET_SHARE)
+  })`;
+}

@@ -1,0 +1,161 @@
+/**
+ * Per-key rate limits in the API-key step (lib/http/authenticate.ts) and
+ * the router: what a key with a limit gets, what its refusal looks like,
+ * and that neither costs a store call nor touches the lock-out.
+ */
+
+import assert from "node:assert/strict";
+import { createAuthenticator } from "../../lib/http/authenticate.ts";
+import { createRouter } from "../../lib/http/router.ts";
+import { LockoutTracker } from "../../lib/auth/lockout.ts";
+import { RateLimiter } from "../../lib/auth/rate_limit.ts";
+import { shareOf } from "../../lib/auth/peers.ts";
+import type { RateLimit } from "../../lib/store/types.ts";
+import { countingStore } from "../support/counting_store.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+const INFO = {
+  remoteAddr: { transport: "tcp", hostname: "192.0.2.1", port: 4000 },
+  completed: Promise.resolve(),
+} as unknown as Deno.ServeHandlerInfo;
+
+async function setup(
+  limit: RateLimit | null,
+  peers?: { count: number; rank: number },
+) {
+  const counting = await countingStore();
+  const { key, record } = await counting.addKey("erp");
+  if (limit !== null) {
+    await counting.store.setRateLimit(record.id, limit, { actor: "t" });
+  }
+  const clock = { ms: 1_000_000 };
+  const authenticator = createAuthenticator(counting.store, {
+    lockout: new LockoutTracker({
+      maxFailures: 3,
+      windowSeconds: 60,
+      lockSeconds: 300,
+    }),
+    rateLimiter: new RateLimiter({ now: () => clock.ms }),
+    peers: peers && {
+      count: peers.count,
+      share: (l: RateLimit, id: number) =>
+        shareOf(l, { rank: peers.rank, count: peers.count, keyId: id }),
+    },
+  });
+  const handler = createRouter([{
+    path: ROUTE,
+    auth: "api_key",
+    methods: { GET: () => Response.json({ ok: true }) },
+  }], { authenticator });
+  await counting.settled();
+  const call = (apiKey: string) =>
+    handler(
+      new Request(`http://localhost${ROUTE}`, {
+        headers: { "X-API-Key": apiKey },
+      }),
+      INFO,
+    );
+  return {
+    counting,
+    clock,
+    call,
+    key,
+    async [Symbol.asyncDispose]() {
+      await counting.settled();
+      await counting[Symbol.asyncDispose]();
+    },
+  };
+}
+
+Deno.test("a key with a limit gets its RateLimit fields on every 200, then 429 rate_limited with Retry-After at the limit", async () => {
+  await using t = await setup({ count: 3, windowSeconds: 60 });
+  const remaining: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const response = await t.call(t.key);
+    assert.equal(response.status, 200);
+    await response.body?.cancel();
+    assert.equal(response.headers.get("ratelimit-policy"), '"key";q=3;w=60');
+    remaining.push(response.headers.get("ratelimit")!);
+  }
+  assert.deepEqual(remaining.map((r) => r.split(";")[1]), [
+    "r=2",
+    "r=1",
+    "r=0",
+  ]);
+  const refused = await t.call(t.key);
+  assert.equal(refused.status, 429);
+  const body = await refused.json();
+  assert.equal(body.error, "rate_limited");
+  assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+  // The limiter counts in tenths of the window: a request leaves it at most
+  // a window and a tenth after it was made.
+  assert.ok(Number(refused.headers.get("retry-after")) <= 66);
+  assert.equal(refused.headers.get("ratelimit-policy"), '"key";q=3;w=60');
+  assert.match(refused.headers.get("ratelimit")!, /^"key";r=0;t=\d+$/);
+  // Retry-After later, the key is served again.
+  t.clock.ms += Number(refused.headers.get("retry-after")) * 1000;
+  const again = await t.call(t.key);
+  assert.equal(again.status, 200);
+  await again.body?.cancel();
+});
+
+Deno.test("refusals at the rate limit never count toward the lock-out, and write nothing to the store", async () => {
+  await using t = await setup({ count: 1, windowSeconds: 60 });
+  (await t.call(t.key)).body?.cancel();
+  await t.counting.settled();
+  t.counting.reset();
+  for (let i = 0; i < 20; i++) {
+    const response = await t.call(t.key);
+    assert.equal(response.status, 429);
+    assert.equal((await response.json()).error, "rate_limited");
+  }
+  await t.counting.settled();
+  // Without a lease each request reads its key (as any key's would); the
+  // limit itself adds no store call, and no write.
+  assert.equal(
+    t.counting.calls(
+      "create",
+      "revoke",
+      "rotate",
+      "retire",
+      "setAllowFrom",
+      "setRateLimit",
+      "markExposed",
+      "recordLastUsed",
+      "recordNetworkUses",
+      "recordRefusedUses",
+    ),
+    0,
+  );
+  // Not locked out: a wrong key still gets its 401s before the lock.
+  const wrong = await t.call("wrong");
+  assert.equal(wrong.status, 401);
+});
+
+Deno.test("a key without a limit gets no RateLimit fields", async () => {
+  await using t = await setup(null);
+  const response = await t.call(t.key);
+  assert.equal(response.status, 200);
+  await response.body?.cancel();
+  assert.equal(response.headers.get("ratelimit"), null);
+  assert.equal(response.headers.get("ratelimit-policy"), null);
+});
+
+Deno.test("among several servers a server accepts its share only, and its RateLimit scales what remains to the installation", async () => {
+  await using t = await setup({ count: 10, windowSeconds: 60 }, {
+    count: 3,
+    rank: 0,
+  });
+  let accepted = 0;
+  let first: string | null = null;
+  for (let i = 0; i < 10; i++) {
+    const response = await t.call(t.key);
+    await response.body?.cancel();
+    first ??= response.headers.get("ratelimit");
+    if (response.status === 200) accepted++;
+  }
+  const share = shareOf({ count: 10 }, { rank: 0, count: 3, keyId: 1 });
+  assert.equal(accepted, share);
+  // After one of its share: (share - 1) here, times three servers.
+  assert.match(first!, new RegExp(`^"key";r=${(share - 1) * 3};t=6\\d$`));
+});
