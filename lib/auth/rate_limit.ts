@@ -74,7 +74,7 @@ const UNITS: Record<string, number> = {
 export function parseRate(text: string): RateLimit | null {
   const trimmed = text.trim().toLowerCase();
   if (trimmed === "none") return null;
-  const match = /^([1-9][0-9]{0,9})\/([1-9][0-9]{0,5})?([a-z]+)$/.exec(
+  const match = /^([1-9][0-9]*)\/([1-9][0-9]{0,5})?([a-z]+)$/.exec(
     trimmed,
   );
   const seconds = match ? UNITS[match[3]] : undefined;
@@ -125,8 +125,7 @@ export class RateSyntaxError extends Error {
 }
 
 interface Counter {
-  /** The limit these counts were taken under: a change starts afresh. */
-  count: number;
+  /** The window these counts were taken in: another carries their total over. */
   windowMs: number;
   /** Index (time / slot length) of the newest bucket. */
   newest: number;
@@ -171,18 +170,28 @@ export class RateLimiter {
     const slotMs = windowMs / this.#slots;
     const index = Math.floor(now / slotMs);
     let counter = this.#counters.get(keyId);
-    if (
-      counter === undefined || counter.count !== limit.count ||
-      counter.windowMs !== windowMs
-    ) {
-      if (counter === undefined) this.#makeRoom(now);
+    if (counter === undefined || counter.windowMs !== windowMs) {
+      // A new count keeps what was accepted: only the share is compared with
+      // it, so a changed count holds from the next request. A changed window
+      // cannot map the old buckets, so what they hold counts as accepted
+      // now: never fewer than were, which may refuse more for one window.
+      let carried = 0;
+      if (counter === undefined) {
+        this.#makeRoom(now);
+      } else {
+        this.#advance(
+          counter,
+          Math.floor(now / (counter.windowMs / this.#slots)),
+        );
+        carried = counter.total;
+      }
       counter = {
-        count: limit.count,
         windowMs,
         newest: index,
         counts: new Uint32Array(this.#slots + 1),
-        total: 0,
+        total: carried,
       };
+      counter.counts[index % counter.counts.length] = carried;
       this.#counters.set(keyId, counter);
     } else if (index > counter.newest) {
       // Recency order, kept per bucket rather than per request (a Map

@@ -182,3 +182,36 @@ Deno.test("parseRate reads counts per second, minute, hour and day (of one unit 
     },
   ));
 });
+
+Deno.test("a key's limit changed mid-window keeps what it accepted: tightened, it refuses at once, loosened, it allows only the difference", () => {
+  let now = 0;
+  const limiter = new RateLimiter({ now: () => now });
+  const wide = { count: 100, windowSeconds: 60 };
+  for (let i = 0; i < 100; i++) {
+    assert.ok(limiter.take(1, wide, { share: 100 }).ok);
+  }
+  const tight = { count: 50, windowSeconds: 60 };
+  assert.equal(limiter.take(1, tight, { share: 50 }).ok, false);
+  now += 1000;
+  const wider = { count: 102, windowSeconds: 60 };
+  assert.ok(limiter.take(1, wider, { share: 102 }).ok);
+  assert.ok(limiter.take(1, wider, { share: 102 }).ok);
+  assert.equal(limiter.take(1, wider, { share: 102 }).ok, false);
+  // Another window cannot map the buckets: what they hold counts as now.
+  const hourly = { count: 103, windowSeconds: 3600 };
+  assert.ok(limiter.take(1, hourly, { share: 103 }).ok);
+  assert.equal(limiter.take(1, hourly, { share: 103 }).ok, false);
+});
+
+Deno.test("a count past the largest allowed is refused as too large, however many digits it has", () => {
+  for (
+    const text of ["1000000001/day", "999999999999/s", `${"9".repeat(400)}/min`]
+  ) {
+    assert.throws(
+      () => parseRate(text),
+      (error: unknown) =>
+        error instanceof RateSyntaxError && error.code === "rate_too_large",
+      text,
+    );
+  }
+});
