@@ -14,7 +14,6 @@ import type { Alters, AuditLine, ChangeKind, Committed } from "./change.ts";
 import type {
   AuditEntry,
   ChangeOptions,
-  ExportItem,
   InstanceRegistry,
   KeyRecord,
   NetworkUse,
@@ -158,6 +157,42 @@ export interface HashRead {
   authRevision: bigint;
 }
 
+/** One batch of an import's checked items, in the order of the export. */
+export interface ImportBatch {
+  /** Records with their last use and usage lists, each to be stored whole. */
+  keys: KeyRecord[];
+  /** Audit lines, each under the revision it keeps: 1, 2, 3 … */
+  audit: { seq: number; entry: AuditEntry }[];
+}
+
+/** An import being staged: none of it is visible to a reader until published. */
+export interface StagedImport {
+  /**
+   * Stages one batch (it may be held back until `publish`); throws
+   * `ImportStateError` `import_aborted` once the import was aborted.
+   */
+  write(batch: ImportBatch): Promise<void>;
+  /**
+   * Makes all that was staged visible in one atomic step, with the next key
+   * id above `maxId` and `line` as the audit line of the revision returned,
+   * {@linkcode publishedRevision} of the store's and `above`; the revision,
+   * the authentication revision and the import revision all move to it.
+   * Throws `ImportStateError` `import_aborted` once the import was aborted.
+   */
+  publish(
+    line: AuditEntry,
+    options: { maxId: number; above: bigint },
+  ): Promise<bigint>;
+}
+
+/**
+ * The revision an import publishes at: above the imported audit lines,
+ * numbered up to `above`, and above every revision the store ever had.
+ */
+export function publishedRevision(current: bigint, above: bigint): bigint {
+  return (current > above ? current : above) + 1n;
+}
+
 /**
  * The primitives of a key store's database. Reads are strongly consistent;
  * `change` is the only way to alter a key; the registry and the change
@@ -202,17 +237,26 @@ export interface StoreBackend extends InstanceRegistry {
   /** Keeps the latest time of each key's last use: no audit line, no revision. */
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
   /**
-   * Restores checked export items into an empty store and audits the
-   * import, with nothing visible to a reader until it is whole.
+   * Stages an import into the empty store and runs `fill` on it. Refuses a
+   * store holding any key or audit line (`StoreInputError`
+   * `import_not_empty`) or an import unfinished (`ImportStateError`
+   * `import_unfinished`); until `fill` publishes, readers see no key of it
+   * and changes are refused. When `fill` throws, everything staged is
+   * discarded (or, should that fail too, left unfinished for
+   * `discardImport`), and the error rethrown. `import.ts` is the one `fill`.
    */
-  importAll(
-    items: AsyncIterable<ExportItem>,
+  stageImport<T>(
     options: ChangeOptions,
-  ): Promise<Committed<{ keys: number; audit: number }, "authentication">>;
-  /** Ends an unfinished import, emptying the store; false when there was none. */
-  abortImport(
+    fill: (staged: StagedImport) => Promise<T>,
+  ): Promise<T>;
+  /**
+   * Ends an unfinished import, emptying the store and moving the revisions
+   * (and the import revision) past every one it had; `discarded` is false,
+   * and `revision` the store's, when there was none.
+   */
+  discardImport(
     options: ChangeOptions,
-  ): Promise<Committed<boolean, "authentication">>;
+  ): Promise<{ revision: bigint; discarded: boolean }>;
   /** Releases the database. */
   close(): Promise<void>;
 }

@@ -31,6 +31,7 @@ import {
   rotateKey,
 } from "./changes.ts";
 import { ImportStateError } from "./errors.ts";
+import { abortImportIn, importInto } from "./import.ts";
 import { exportItems } from "./records.ts";
 import { byKey } from "./usage_lists.ts";
 import type {
@@ -245,12 +246,12 @@ export class KeyService implements KeyStore {
     options: ChangeOptions,
   ): Promise<{ keys: number; audit: number }> {
     this.#call("importAll");
-    return this.#settle(this.#backend.importAll(items, options));
+    return this.#settle(importInto(this.#backend, items, options));
   }
 
   abortImport(options: ChangeOptions): Promise<boolean> {
     this.#call("abortImport");
-    return this.#settle(this.#backend.abortImport(options));
+    return this.#settle(abortImportIn(this.#backend, options));
   }
 
   async markExposed(id: number, options: ExposeOptions): Promise<boolean> {

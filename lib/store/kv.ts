@@ -29,7 +29,7 @@ import type {
   RefusedUse,
 } from "./types.ts";
 import { changeIn } from "./kv/_change.ts";
-import { abortIn, ensureIndexed, importInto } from "./kv/_import.ts";
+import { discardIn, ensureIndexed, stageIn } from "./kv/_import.ts";
 import {
   auditKey,
   AUTH_REVISION,
@@ -111,14 +111,14 @@ export class KvBackend implements StoreBackend {
   /** One atomic change: `kv/_change.ts`. */
   readonly change: StoreBackend["change"];
   /** An import in batches under a marker: `kv/_import.ts`. */
-  readonly importAll: StoreBackend["importAll"];
-  readonly abortImport: StoreBackend["abortImport"];
+  readonly stageImport: StoreBackend["stageImport"];
+  readonly discardImport: StoreBackend["discardImport"];
 
   constructor(kv: Deno.Kv) {
     this.#kv = kv;
     this.change = (kind, work) => changeIn(kv, kind, work);
-    this.importAll = (items, options) => importInto(kv, items, options);
-    this.abortImport = (options) => abortIn(kv, options);
+    this.stageImport = (options, fill) => stageIn(kv, options, fill);
+    this.discardImport = (options) => discardIn(kv, options);
   }
 
   async findByHashAt(hash: string): Promise<HashRead> {

@@ -1,5 +1,5 @@
 /**
- * The KV backend's import and abort. An import cannot be one atomic
+ * The KV backend's staged import and its discard. An import cannot be one atomic
  * operation, so it writes in batches under the `["importing"]` marker: the
  * marker is set with a revision bump on an empty store, every batch checks
  * that the marker is still its own, and the marker goes with another bump
@@ -11,25 +11,14 @@
  * @module
  */
 
-import { ImportChecker } from "../_import_check.ts";
-import { type ChangeKind, Committed } from "../change.ts";
-import {
-  ImportItemError,
-  ImportStateError,
-  StoreInputError,
-} from "../errors.ts";
+import { publishedRevision, type StagedImport } from "../backend.ts";
+import { ImportStateError, StoreInputError } from "../errors.ts";
 import { withLifecycle } from "../records.ts";
-import type {
-  AuditEntry,
-  ChangeOptions,
-  ExportItem,
-  KeyRecord,
-} from "../types.ts";
+import type { AuditEntry, ChangeOptions, KeyRecord } from "../types.ts";
 import {
   auditKey,
   AUTH_REVISION,
   backoff,
-  bigMax,
   busy,
   commitRetrying,
   counted,
@@ -76,31 +65,30 @@ const META_KEYS = new Set<Deno.KvKeyPart>([
  */
 const BATCH_LIMITS = { mutations: 500, bytes: 400 * 1024, keyBytes: 40 * 1024 };
 
-const IMPORT: ChangeKind<"authentication"> = {
-  name: "importAll",
-  alters: "authentication",
-};
-const ABORT: ChangeKind<"authentication"> = {
-  name: "abortImport",
-  alters: "authentication",
-};
-
-/** Restores `items` into the empty store `kv`; see the module's comment. */
-export async function importInto(
+/**
+ * Stages an import into the empty store `kv` under a new marker, then
+ * publishes it or wipes it again; see the module's comment.
+ */
+export async function stageIn<T>(
   kv: Deno.Kv,
-  items: AsyncIterable<ExportItem>,
   options: ChangeOptions,
-): Promise<Committed<{ keys: number; audit: number }, "authentication">> {
+  fill: (staged: StagedImport) => Promise<T>,
+): Promise<T> {
   const ours = await beginImport(kv, options);
+  const batch = new _Batch(kv, ours);
   try {
-    const checker = new ImportChecker();
-    const counts = await writeImport(kv, items, { ours, checker });
-    const revision = await finishImport(kv, ours, {
-      ...counts,
-      maxId: checker.maxId,
-      actor: options.actor,
+    return await fill({
+      write: async (items) => {
+        for (const record of items.keys) await stageRecord(batch, record);
+        for (const { seq, entry } of items.audit) {
+          await batch.set(auditKey(BigInt(seq)), entry);
+        }
+      },
+      publish: async (line, counts) => {
+        await batch.flush();
+        return await finishImport(kv, ours, { ...counts, line });
+      },
     });
-    return new Committed(IMPORT, revision, counts);
   } catch (error) {
     try {
       await wipe(kv, ours);
@@ -113,17 +101,17 @@ export async function importInto(
 }
 
 /** Ends an unfinished import: a new marker first, then the wipe. */
-export async function abortIn(
+export async function discardIn(
   kv: Deno.Kv,
   options: ChangeOptions,
-): Promise<Committed<boolean, "authentication">> {
+): Promise<{ revision: bigint; discarded: boolean }> {
   for (let tries = 1;; tries++) {
     const [current, marker] = await kv.getMany<[Deno.KvU64, unknown]>([
       REVISION,
       IMPORTING,
     ]);
     if (marker.value === null) {
-      return new Committed(ABORT, counted(current), false);
+      return { revision: counted(current), discarded: false };
     }
     // A new token first: the import, if it still runs, fails at its next
     // batch instead of writing into the store being emptied.
@@ -133,11 +121,8 @@ export async function abortIn(
         .set(IMPORTING, newMarker("aborting", options)),
     );
     if (res.ok) {
-      const wiped = await wipe(kv, {
-        key: IMPORTING,
-        versionstamp: res.versionstamp,
-      });
-      return new Committed(ABORT, wiped, true);
+      const ours = { key: IMPORTING, versionstamp: res.versionstamp };
+      return { revision: await wipe(kv, ours), discarded: true };
     }
     if (tries >= MAX_TRIES) throw busy();
     await backoff(tries);
@@ -204,77 +189,41 @@ async function beginImport(
   return { key: IMPORTING, versionstamp: start.versionstamp };
 }
 
-async function writeImport(
-  kv: Deno.Kv,
-  items: AsyncIterable<ExportItem>,
-  options: { ours: Deno.AtomicCheck; checker: ImportChecker },
-): Promise<{ keys: number; audit: number }> {
-  const { checker } = options;
-  const counts = { keys: 0, audit: 0 };
-  const batch = new _Batch(kv, options.ours);
-  for await (const item of items) {
-    if (item.type === "key") {
-      const record = checker.record(item.record);
-      const stored = {
-        ...record,
-        lastUsedAt: null,
-        networks: [],
-        refusedUses: [],
-      };
-      await batch.set(keyById(record.id), stored);
-      await batch.set(keyByHash(record.hash), stored);
-      for (const key of indexKeys(withLifecycle(stored))) {
-        await batch.set(key, true);
-      }
-      if (record.status === "valid" && record.replacedBy === null) {
-        await batch.set(keyByName(record.name), record.id);
-      }
-      if (record.lastUsedAt) {
-        await batch.set(lastUsedKey(record.id), record.lastUsedAt);
-      }
-      if (record.networks.length > 0) {
-        await batch.set(networksKey(record.id), record.networks);
-      }
-      if (record.refusedUses.length > 0) {
-        await batch.set(refusedKey(record.id), record.refusedUses);
-      }
-      counts.keys++;
-    } else if (item.type === "audit") {
-      await batch.set(
-        auditKey(BigInt(++counts.audit)),
-        checker.audit(item.entry),
-      );
-    } else {
-      throw new ImportItemError((item as { type: unknown }).type);
-    }
+/** Stages one imported record: its two copies, its indexes, name and usage. */
+async function stageRecord(batch: _Batch, record: KeyRecord): Promise<void> {
+  const stored = { ...record, lastUsedAt: null, networks: [], refusedUses: [] };
+  await batch.set(keyById(record.id), stored);
+  await batch.set(keyByHash(record.hash), stored);
+  for (const key of indexKeys(withLifecycle(stored))) {
+    await batch.set(key, true);
   }
-  checker.finish();
-  await batch.flush();
-  return counts;
+  if (record.status === "valid" && record.replacedBy === null) {
+    await batch.set(keyByName(record.name), record.id);
+  }
+  if (record.lastUsedAt) {
+    await batch.set(lastUsedKey(record.id), record.lastUsedAt);
+  }
+  if (record.networks.length > 0) {
+    await batch.set(networksKey(record.id), record.networks);
+  }
+  if (record.refusedUses.length > 0) {
+    await batch.set(refusedKey(record.id), record.refusedUses);
+  }
 }
 
 /** Publishes the import: the marker goes and the revision moves in one step. */
 async function finishImport(
   kv: Deno.Kv,
   ours: Deno.AtomicCheck,
-  counts: { keys: number; audit: number; maxId: number; actor: string },
+  counts: { line: AuditEntry; maxId: number; above: bigint },
 ): Promise<bigint> {
   const current = await kv.get<Deno.KvU64>(REVISION);
-  // Above the imported audit lines, numbered 1, 2, 3 …, and above every
-  // revision the store ever had.
-  const revision = bigMax(counted(current), BigInt(counts.audit)) + 1n;
-  const entry: AuditEntry = {
-    at: new Date().toISOString(),
-    action: "import",
-    keyId: 0,
-    actor: counts.actor,
-    detail: `${counts.keys} keys and ${counts.audit} audit lines`,
-  };
+  const revision = publishedRevision(counted(current), counts.above);
   const op = moveRevision(kv.atomic().check(ours, current), revision)
     .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
     // Every imported record wrote its index entries.
     .set(INDEXED, true)
-    .set(auditKey(revision), entry)
+    .set(auditKey(revision), counts.line)
     .delete(IMPORTING);
   if (!(await commitRetrying(op)).ok) {
     throw new ImportStateError("import_aborted");

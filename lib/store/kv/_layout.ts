@@ -171,10 +171,6 @@ export function counted(entry: Deno.KvEntryMaybe<Deno.KvU64>): bigint {
   return entry.value?.value ?? 0n;
 }
 
-export function bigMax(a: bigint, b: bigint): bigint {
-  return a > b ? a : b;
-}
-
 /** Whether two KV keys are the same. */
 export function sameKey(a: Deno.KvKey, b: Deno.KvKey): boolean {
   return a.length === b.length && a.every((part, i) => part === b[i]);

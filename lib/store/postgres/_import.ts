@@ -1,37 +1,30 @@
 /**
- * The PostgreSQL backend's import: one transaction, so servers see none of
+ * The PostgreSQL backend's staged import: one transaction, so servers see none of
  * it until it commits, and a failed or killed one leaves nothing; it holds
  * an advisory lock that a second import cannot take.
  *
  * @module
  */
 
-import { ImportChecker } from "../_import_check.ts";
-import { type ChangeKind, Committed } from "../change.ts";
 import {
-  ImportItemError,
-  ImportStateError,
-  StoreInputError,
-} from "../errors.ts";
+  type ImportBatch,
+  publishedRevision,
+  type StagedImport,
+} from "../backend.ts";
+import { ImportStateError, StoreInputError } from "../errors.ts";
 import { nameKey } from "../records.ts";
-import type { ChangeOptions, ExportItem, KeyRecord } from "../types.ts";
+import type { KeyRecord } from "../types.ts";
 import type { Pool, Tx } from "./connection.ts";
 import { IMPORT_LOCK, insertAudit } from "./_rows.ts";
 
-/** Rows per statement when importing. */
-const BATCH = 500;
-
-const IMPORT: ChangeKind<"authentication"> = {
-  name: "importAll",
-  alters: "authentication",
-};
-
-/** Restores `items` into the empty store behind `pool`, in one transaction. */
-export function importInto(
+/**
+ * Stages an import into the empty store behind `pool`: one transaction, so
+ * publishing is its commit and a failure rolls all of it back.
+ */
+export function stageIn<T>(
   pool: Pool,
-  items: AsyncIterable<ExportItem>,
-  options: ChangeOptions,
-): Promise<Committed<{ keys: number; audit: number }, "authentication">> {
+  fill: (staged: StagedImport) => Promise<T>,
+): Promise<T> {
   // No overall deadline, as a large import takes its time; each statement
   // still has the server's.
   return pool.transaction(async (tx) => {
@@ -46,25 +39,20 @@ export function importInto(
     if (!state.empty) {
       throw new StoreInputError("import_not_empty", "The store is not empty");
     }
-    const counts = await writeImport(tx, items);
-    // Above the imported audit lines and every revision the store had.
-    const before = BigInt(state.revision);
-    const revision =
-      (before > BigInt(counts.audit) ? before : BigInt(counts.audit)) +
-      1n;
-    await tx`
-      UPDATE meta SET revision = ${revision.toString()},
-        auth_revision = ${revision.toString()}, last_key_id = ${counts.maxId}`;
-    await insertAudit(tx, revision, {
-      at: new Date(),
-      action: "import",
-      keyId: 0,
-      actor: options.actor,
-      detail: `${counts.keys} keys and ${counts.audit} audit lines`,
-    });
-    return new Committed(IMPORT, revision, {
-      keys: counts.keys,
-      audit: counts.audit,
+    return await fill({
+      write: (batch) => writeBatch(tx, batch),
+      publish: async (line, counts) => {
+        const revision = publishedRevision(
+          BigInt(state.revision),
+          counts.above,
+        );
+        await tx`
+          UPDATE meta SET revision = ${revision.toString()},
+            auth_revision = ${revision.toString()},
+            last_key_id = ${counts.maxId}`;
+        await insertAudit(tx, revision, line);
+        return revision;
+      },
     });
   }, { timeoutMs: null });
 }
@@ -93,43 +81,21 @@ async function lockForImport(tx: Tx): Promise<void> {
   throw new ImportStateError("import_unfinished");
 }
 
-async function writeImport(
-  tx: Tx,
-  items: AsyncIterable<ExportItem>,
-): Promise<{ keys: number; audit: number; maxId: number }> {
-  const counts = { keys: 0, audit: 0, maxId: 0 };
-  const checker = new ImportChecker();
-  let keys: Record<string, unknown>[] = [];
-  let audit: Record<string, unknown>[] = [];
-  const flush = async () => {
-    if (keys.length > 0) await insertImportedKeys(tx, JSON.stringify(keys));
-    if (audit.length > 0) await insertImportedAudit(tx, JSON.stringify(audit));
-    keys = [];
-    audit = [];
-  };
-  for await (const item of items) {
-    if (item.type === "key") {
-      keys.push(importedRow(checker.record(item.record)));
-      counts.keys++;
-      counts.maxId = checker.maxId;
-    } else if (item.type === "audit") {
-      const entry = checker.audit(item.entry);
-      audit.push({
-        seq: ++counts.audit,
-        at: entry.at,
-        action: entry.action,
-        key_id: entry.keyId,
-        actor: entry.actor,
-        detail: entry.detail,
-      });
-    } else {
-      throw new ImportItemError((item as { type: unknown }).type);
-    }
-    if (keys.length + audit.length >= BATCH) await flush();
+async function writeBatch(tx: Tx, batch: ImportBatch): Promise<void> {
+  if (batch.keys.length > 0) {
+    await insertImportedKeys(tx, JSON.stringify(batch.keys.map(importedRow)));
   }
-  checker.finish();
-  await flush();
-  return counts;
+  if (batch.audit.length > 0) {
+    const rows = batch.audit.map(({ seq, entry }) => ({
+      seq,
+      at: entry.at,
+      action: entry.action,
+      key_id: entry.keyId,
+      actor: entry.actor,
+      detail: entry.detail,
+    }));
+    await insertImportedAudit(tx, JSON.stringify(rows));
+  }
 }
 
 function importedRow(record: KeyRecord): Record<string, unknown> {

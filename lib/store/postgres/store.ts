@@ -14,7 +14,7 @@
  */
 
 import type { HashRead, StoreBackend } from "../backend.ts";
-import { Committed, QUIET_ACTIONS } from "../change.ts";
+import { QUIET_ACTIONS } from "../change.ts";
 import { KeyService } from "../keys.ts";
 import { nameKey } from "../records.ts";
 import type {
@@ -36,7 +36,7 @@ import {
   type Sql,
 } from "./connection.ts";
 import { changeIn } from "./_change.ts";
-import { importInto } from "./_import.ts";
+import { stageIn } from "./_import.ts";
 import { type AuditRow, type KeyRow, toAudit, toRecord } from "./_rows.ts";
 import { migrateWith, SchemaVersionError } from "./schema.ts";
 
@@ -79,14 +79,14 @@ export class PostgresBackend implements StoreBackend {
   /** One transaction that holds `meta`: `_change.ts`. */
   readonly change: StoreBackend["change"];
   /** One transaction under the import lock: `_import.ts`. */
-  readonly importAll: StoreBackend["importAll"];
+  readonly stageImport: StoreBackend["stageImport"];
 
   /** Takes over a pool whose database is already migrated; see {@linkcode openPostgresStore}. */
   constructor(pool: Pool) {
     this.#pool = pool;
     this.#sql = pool.sql;
     this.change = (kind, work) => changeIn(pool, kind, work);
-    this.importAll = (items, options) => importInto(pool, items, options);
+    this.stageImport = (_options, fill) => stageIn(pool, fill);
   }
 
   async findByHashAt(hash: string): Promise<HashRead> {
@@ -251,12 +251,11 @@ export class PostgresBackend implements StoreBackend {
     }
   }
 
-  async abortImport(
+  async discardImport(
     _options: ChangeOptions,
-  ): Promise<Committed<boolean, "authentication">> {
+  ): Promise<{ revision: bigint; discarded: boolean }> {
     // A transaction that did not commit has left nothing behind to undo.
-    const kind = { name: "abortImport", alters: "authentication" } as const;
-    return new Committed(kind, await this.revision(), false);
+    return { revision: await this.revision(), discarded: false };
   }
 
   async registerInstance(info: InstanceInfo): Promise<string> {
