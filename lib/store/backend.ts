@@ -14,6 +14,7 @@ import type { Alters, AuditLine, ChangeKind, Committed } from "./change.ts";
 import type {
   AuditEntry,
   ChangeOptions,
+  InstanceInfo,
   InstanceRegistry,
   KeyRecord,
   NetworkUse,
@@ -193,12 +194,14 @@ export function publishedRevision(current: bigint, above: bigint): bigint {
   return (current > above ? current : above) + 1n;
 }
 
+/** A server's registration as written: the revision as decimal text. */
+export type StoredInstance = Omit<InstanceInfo, "acked"> & { acked: string };
+
 /**
  * The primitives of a key store's database. Reads are strongly consistent;
- * `change` is the only way to alter a key; the registry and the change
- * feed are {@linkcode InstanceRegistry}'s.
+ * `change` is the only way to alter a key.
  */
-export interface StoreBackend extends InstanceRegistry {
+export interface StoreBackend {
   /** A record by hash with the revisions it was read at, in one snapshot. */
   findByHashAt(hash: string): Promise<HashRead>;
   /** A record by id, with last use and usage lists; null when none. */
@@ -257,6 +260,25 @@ export interface StoreBackend extends InstanceRegistry {
   discardImport(
     options: ChangeOptions,
   ): Promise<{ revision: bigint; discarded: boolean }>;
+  /**
+   * Writes registration `stored.id`: only if it is still at `version` when
+   * one is given (then null when it is not), else as a new one. Returns the
+   * new version, which every write of the registration changes.
+   */
+  putInstance(
+    stored: StoredInstance,
+    options?: { version?: string },
+  ): Promise<string | null>;
+  /** Every registration as stored, with its version; `stored` is unchecked. */
+  readInstances(): Promise<{ id: string; version: string; stored: unknown }[]>;
+  /** {@linkcode InstanceRegistry}'s: revision and version in one snapshot. */
+  pollInstance: InstanceRegistry["pollInstance"];
+  /** {@linkcode InstanceRegistry}'s: conditional on `version` when given. */
+  removeInstance: InstanceRegistry["removeInstance"];
+  /** {@linkcode InstanceRegistry}'s: the change feed from the audit log. */
+  changesSince: InstanceRegistry["changesSince"];
+  /** {@linkcode InstanceRegistry}'s: an optional hint after any change. */
+  onChange?: InstanceRegistry["onChange"];
   /** Releases the database. */
   close(): Promise<void>;
 }

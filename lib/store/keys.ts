@@ -33,6 +33,7 @@ import {
 import { ImportStateError } from "./errors.ts";
 import { abortImportIn, importInto } from "./import.ts";
 import { exportItems } from "./records.ts";
+import { instancesIn, registerIn, renewIn } from "./registrations.ts";
 import { byKey } from "./usage_lists.ts";
 import type {
   AuditEntry,
@@ -297,12 +298,12 @@ export class KeyService implements KeyStore {
 
   registerInstance(info: InstanceInfo): Promise<string> {
     this.#call("registerInstance");
-    return this.#backend.registerInstance(info);
+    return registerIn(this.#backend, info);
   }
 
   renewInstance(info: InstanceInfo, version: string): Promise<string | null> {
     this.#call("renewInstance");
-    return this.#backend.renewInstance(info, version);
+    return renewIn(this.#backend, info, { version });
   }
 
   pollInstance(
@@ -314,7 +315,7 @@ export class KeyService implements KeyStore {
 
   instances(): Promise<InstanceRecord[]> {
     this.#call("instances");
-    return this.#backend.instances();
+    return instancesIn(this.#backend);
   }
 
   removeInstance(id: string, options?: { version?: string }): Promise<boolean> {

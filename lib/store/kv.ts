@@ -13,16 +13,13 @@
 
 import { pathExists } from "../util/exists.ts";
 import { DEFAULT_KV_PATH } from "./location.ts";
-import type { HashRead, StoreBackend } from "./backend.ts";
+import type { HashRead, StoreBackend, StoredInstance } from "./backend.ts";
 import { withUsage } from "./backend.ts";
 import { QUIET_ACTIONS } from "./change.ts";
 import { ImportStateError } from "./errors.ts";
 import { KeyService } from "./keys.ts";
-import { readRegistration } from "./registrations.ts";
 import type {
   AuditEntry,
-  InstanceInfo,
-  InstanceRecord,
   KeyChanges,
   KeyRecord,
   NetworkUse,
@@ -298,23 +295,16 @@ export class KvBackend implements StoreBackend {
     }
   }
 
-  async registerInstance(info: InstanceInfo): Promise<string> {
-    const res = await commitRetrying(
-      this.#kv.atomic().set(instanceKey(info.id), storedInstance(info)),
-    );
-    if (!res.ok) throw new Error("unreachable: an unchecked write conflicted");
-    return res.versionstamp;
-  }
-
-  async renewInstance(
-    info: InstanceInfo,
-    version: string,
+  async putInstance(
+    stored: StoredInstance,
+    options: { version?: string } = {},
   ): Promise<string | null> {
-    const key = instanceKey(info.id);
-    const res = await commitRetrying(
-      this.#kv.atomic().check({ key, versionstamp: version })
-        .set(key, storedInstance(info)),
-    );
+    const key = instanceKey(stored.id);
+    const op = this.#kv.atomic();
+    if (options.version !== undefined) {
+      op.check({ key, versionstamp: options.version });
+    }
+    const res = await commitRetrying(op.set(key, stored));
     return res.ok ? res.versionstamp : null;
   }
 
@@ -327,18 +317,16 @@ export class KvBackend implements StoreBackend {
     return { revision: counted(revision), version: instance.versionstamp };
   }
 
-  async instances(): Promise<InstanceRecord[]> {
-    const found: InstanceRecord[] = [];
+  async readInstances(): Promise<
+    { id: string; version: string; stored: unknown }[]
+  > {
+    const found = [];
     try {
-      for await (
-        const entry of this.#kv.list<unknown>({ prefix: ["instances"] })
-      ) {
+      for await (const entry of this.#kv.list({ prefix: ["instances"] })) {
         const id = entry.key[1];
         // Not a key this store writes: no server can hold a lease on it.
         if (typeof id !== "string") continue;
-        found.push(
-          readRegistration(entry.value, { id, version: entry.versionstamp }),
-        );
+        found.push({ id, version: entry.versionstamp, stored: entry.value });
       }
     } catch (error) {
       throw unreadable(error);
@@ -415,11 +403,4 @@ export class KvBackend implements StoreBackend {
       throw new ImportStateError("import_unfinished");
     }
   }
-}
-
-/** A registration as KV holds it: KV values cannot be bigints. */
-function storedInstance(
-  info: InstanceInfo,
-): Omit<InstanceInfo, "acked"> & { acked: string } {
-  return { ...info, acked: info.acked.toString() };
 }

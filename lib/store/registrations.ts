@@ -1,13 +1,16 @@
 /**
- * A server's registration as either store reads it back: checked field by
- * field, so that one registration written wrong (by a bug, a newer version
- * or a hand) is one broken registration, not an unreadable listing that
- * holds every change up to its deadline and is never removed.
+ * The instance registry's rules, written once over any backend: what a
+ * registration stores, that a renewal is a compare-and-set on its version,
+ * and how one is read back: checked field by field, so that one
+ * registration written wrong (by a bug, a newer version or a hand) is one
+ * broken registration, not an unreadable listing that holds every change up
+ * to its deadline and is never removed.
  *
  * @module
  */
 
-import type { InstanceRecord } from "./types.ts";
+import type { StoreBackend, StoredInstance } from "./backend.ts";
+import type { InstanceInfo, InstanceRecord } from "./types.ts";
 
 /**
  * How long a server's lease lasts unless set, and the longest any counts as
@@ -69,6 +72,44 @@ export function readRegistration(
     leaseMs: fields.leaseMs,
     acked,
   };
+}
+
+/** Stores a new registration; returns its version. */
+export async function registerIn(
+  backend: StoreBackend,
+  info: InstanceInfo,
+): Promise<string> {
+  const version = await backend.putInstance(storedInstance(info));
+  if (version === null) {
+    throw new Error("unreachable: an unconditional write conflicted");
+  }
+  return version;
+}
+
+/**
+ * Rewrites a registration (a new `acked`) only if it is still at
+ * `version`; the new version, or null when it was removed or changed.
+ */
+export function renewIn(
+  backend: StoreBackend,
+  info: InstanceInfo,
+  options: { version: string },
+): Promise<string | null> {
+  return backend.putInstance(storedInstance(info), options);
+}
+
+/** Every registration, each read as {@linkcode readRegistration} reads it. */
+export async function instancesIn(
+  backend: StoreBackend,
+): Promise<InstanceRecord[]> {
+  return (await backend.readInstances()).map(({ stored, id, version }) =>
+    readRegistration(stored, { id, version })
+  );
+}
+
+/** A registration as stored: the revision as text, which every database holds alike. */
+function storedInstance(info: InstanceInfo): StoredInstance {
+  return { ...info, acked: info.acked.toString() };
 }
 
 /** A revision as stored (a bigint, or its decimal text), or null. */

@@ -13,20 +13,17 @@
  * @module
  */
 
-import type { HashRead, StoreBackend } from "../backend.ts";
+import type { HashRead, StoreBackend, StoredInstance } from "../backend.ts";
 import { QUIET_ACTIONS } from "../change.ts";
 import { KeyService } from "../keys.ts";
 import { nameKey } from "../records.ts";
 import type {
   AuditEntry,
   ChangeOptions,
-  InstanceInfo,
-  InstanceRecord,
   KeyChanges,
   KeyRecord,
 } from "../types.ts";
 import { bounded } from "../../util/bounded.ts";
-import { readRegistration } from "../registrations.ts";
 import {
   asUnavailable,
   callTimeoutMs,
@@ -258,27 +255,23 @@ export class PostgresBackend implements StoreBackend {
     return { revision: await this.revision(), discarded: false };
   }
 
-  async registerInstance(info: InstanceInfo): Promise<string> {
-    const [row] = await this.#pool.call(() =>
-      this.#sql<{ version: string }[]>`
-        INSERT INTO instances (id, host, pid, started_at, lease_ms, acked)
-        VALUES (${info.id}, ${info.host}, ${info.pid}, ${info.startedAt},
-          ${info.leaseMs}, ${info.acked.toString()})
-        RETURNING version`
-    );
-    return row.version;
-  }
-
-  async renewInstance(
-    info: InstanceInfo,
-    version: string,
+  async putInstance(
+    stored: StoredInstance,
+    options: { version?: string } = {},
   ): Promise<string | null> {
+    const { id, acked, leaseMs } = stored;
     const rows = await this.#pool.call(() =>
-      this.#sql<{ version: string }[]>`
-        UPDATE instances SET acked = ${info.acked.toString()},
-          lease_ms = ${info.leaseMs}, version = version + 1
-        WHERE id = ${info.id} AND version = ${version}
-        RETURNING version`
+      options.version === undefined
+        ? this.#sql<{ version: string }[]>`
+          INSERT INTO instances (id, host, pid, started_at, lease_ms, acked)
+          VALUES (${id}, ${stored.host}, ${stored.pid}, ${stored.startedAt},
+            ${leaseMs}, ${acked})
+          RETURNING version`
+        : this.#sql<{ version: string }[]>`
+          UPDATE instances SET acked = ${acked}, lease_ms = ${leaseMs},
+            version = version + 1
+          WHERE id = ${id} AND version = ${options.version}
+          RETURNING version`
     );
     return rows.length === 0 ? null : rows[0].version;
   }
@@ -296,29 +289,20 @@ export class PostgresBackend implements StoreBackend {
     return { revision: BigInt(row.revision), version: row.version };
   }
 
-  async instances(): Promise<InstanceRecord[]> {
+  async readInstances(): Promise<
+    { id: string; version: string; stored: unknown }[]
+  > {
     const rows = await this.#pool.call(() =>
-      this.#sql<
-        {
-          id: string;
-          host: string;
-          pid: number;
-          started_at: Date;
-          lease_ms: number;
-          acked: string;
-          version: string;
-        }[]
-      >`SELECT * FROM instances ORDER BY started_at, id`
+      this.#sql<{ id: string; version: string }[]>`
+        SELECT id, version, host, pid, started_at AS "startedAt",
+          lease_ms AS "leaseMs", acked
+        FROM instances ORDER BY started_at, id`
     );
-    return rows.map((row) =>
-      readRegistration({
-        host: row.host,
-        pid: row.pid,
-        startedAt: row.started_at,
-        leaseMs: row.lease_ms,
-        acked: row.acked,
-      }, { id: row.id, version: row.version })
-    );
+    return rows.map((row) => ({
+      id: row.id,
+      version: row.version,
+      stored: row,
+    }));
   }
 
   async removeInstance(
