@@ -237,8 +237,12 @@ export interface StoreBackend {
     kind: ChangeKind<A>,
     work: (draft: ChangeDraft<A>) => Promise<T>,
   ): Promise<Committed<T, A>>;
-  /** Keeps the latest time of each key's last use: no audit line, no revision. */
-  recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
+  /**
+   * Stores each key's last use unless a later one is stored (two servers
+   * flush independently, and the one flushing last may hold the earlier
+   * use): no audit line, no revision. `uses` names each id once, in order.
+   */
+  recordLastUsed(uses: { id: number; at: Date }[]): Promise<void>;
   /**
    * Stages an import into the empty store and runs `fill` on it. Refuses a
    * store holding any key or audit line (`StoreInputError`
@@ -275,8 +279,20 @@ export interface StoreBackend {
   pollInstance: InstanceRegistry["pollInstance"];
   /** {@linkcode InstanceRegistry}'s: conditional on `version` when given. */
   removeInstance: InstanceRegistry["removeInstance"];
-  /** {@linkcode InstanceRegistry}'s: the change feed from the audit log. */
-  changesSince: InstanceRegistry["changesSince"];
+  /**
+   * The audit log's tail after revision `after` (-1 or more), read in one
+   * snapshot: the store's revision, whether the set of keys was replaced
+   * wholesale (an import, an abort) after `after`, and the key ids named by
+   * the lines after `after` up to that revision, in order, quiet actions
+   * (`QUIET_ACTIONS`) left out. `keyIds` may stop once it has named more
+   * than `limit` lines, and then `complete` is false. `feed.ts` reads it.
+   */
+  auditSince(after: bigint, options: { limit: number }): Promise<{
+    revision: bigint;
+    replaced: boolean;
+    keyIds: AsyncIterable<number> | Iterable<number>;
+    complete: boolean;
+  }>;
   /** {@linkcode InstanceRegistry}'s: an optional hint after any change. */
   onChange?: InstanceRegistry["onChange"];
   /** Releases the database. */

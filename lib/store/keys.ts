@@ -31,10 +31,11 @@ import {
   rotateKey,
 } from "./changes.ts";
 import { ImportStateError } from "./errors.ts";
+import { changesIn } from "./feed.ts";
 import { abortImportIn, importInto } from "./import.ts";
 import { exportItems } from "./records.ts";
 import { instancesIn, registerIn, renewIn } from "./registrations.ts";
-import { byKey } from "./usage_lists.ts";
+import { byKey, latestUses } from "./usage_lists.ts";
 import type {
   AuditEntry,
   ChangeOptions,
@@ -293,7 +294,7 @@ export class KeyService implements KeyStore {
 
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void> {
     this.#call("recordLastUsed");
-    return this.#backend.recordLastUsed(uses);
+    return this.#backend.recordLastUsed(latestUses(uses));
   }
 
   registerInstance(info: InstanceInfo): Promise<string> {
@@ -325,7 +326,7 @@ export class KeyService implements KeyStore {
 
   changesSince(revision: bigint): Promise<KeyChanges> {
     this.#call("changesSince");
-    return this.#backend.changesSince(revision);
+    return changesIn(this.#backend, revision);
   }
 
   close(): Promise<void> {

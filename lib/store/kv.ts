@@ -18,13 +18,7 @@ import { withUsage } from "./backend.ts";
 import { QUIET_ACTIONS } from "./change.ts";
 import { ImportStateError } from "./errors.ts";
 import { KeyService } from "./keys.ts";
-import type {
-  AuditEntry,
-  KeyChanges,
-  KeyRecord,
-  NetworkUse,
-  RefusedUse,
-} from "./types.ts";
+import type { AuditEntry, KeyRecord, NetworkUse, RefusedUse } from "./types.ts";
 import { changeIn } from "./kv/_change.ts";
 import { discardIn, ensureIndexed, stageIn } from "./kv/_import.ts";
 import {
@@ -50,9 +44,6 @@ import {
 } from "./kv/_layout.ts";
 
 export { REVISION } from "./kv/_layout.ts";
-
-/** Beyond this many changed keys a reader forgets everything instead. */
-const MAX_CHANGES = 1000;
 
 /** The key store on Deno KV, as {@linkcode openKvStore} opens it. */
 export type KvKeyStore = KeyService;
@@ -261,33 +252,19 @@ export class KvBackend implements StoreBackend {
     return counted(await this.#read<Deno.KvU64>(IMPORT_REVISION));
   }
 
-  /**
-   * Keeps the latest time of each key, as PostgreSQL's greatest() does:
-   * two servers on one file flush independently, and the one flushing last
-   * may hold the earlier use.
-   */
-  async recordLastUsed(
-    uses: Iterable<{ id: number; at: Date }>,
-  ): Promise<void> {
-    const latest = new Map<number, number>();
-    for (const { id, at } of uses) {
-      latest.set(id, Math.max(latest.get(id) ?? -Infinity, at.getTime()));
-    }
-    const ids = [...latest.keys()];
+  async recordLastUsed(uses: { id: number; at: Date }[]): Promise<void> {
     // getMany() reads at most 10 keys.
-    for (let start = 0; start < ids.length; start += 10) {
-      const chunk = ids.slice(start, start + 10);
+    for (let start = 0; start < uses.length; start += 10) {
+      const chunk = uses.slice(start, start + 10);
       for (let attempt = 0; attempt < 3; attempt++) {
-        const stored = await this.#kv.getMany<string[]>(chunk.map(lastUsedKey));
+        const keys = chunk.map(({ id }) => lastUsedKey(id));
+        const stored = await this.#kv.getMany<string[]>(keys);
         const op = this.#kv.atomic();
         let writes = 0;
         stored.forEach((entry, i) => {
-          const at = latest.get(chunk[i])!;
-          if (entry.value !== null && Date.parse(entry.value) >= at) return;
-          op.check(entry).set(
-            lastUsedKey(chunk[i]),
-            new Date(at).toISOString(),
-          );
+          const { at } = chunk[i];
+          if (entry.value !== null && Date.parse(entry.value) >= +at) return;
+          op.check(entry).set(keys[i], at.toISOString());
           writes++;
         });
         if (writes === 0 || (await op.commit()).ok) break;
@@ -346,35 +323,31 @@ export class KvBackend implements StoreBackend {
     return (await commitRetrying(op.delete(key))).ok;
   }
 
-  async changesSince(revision: bigint): Promise<KeyChanges> {
+  async auditSince(after: bigint): ReturnType<StoreBackend["auditSince"]> {
     const [current, imported] = await this.#readMany<
       [Deno.KvU64, Deno.KvU64]
     >([REVISION, IMPORT_REVISION]);
-    const now = counted(current);
-    // Ids may have been reused by an import: nothing known before it holds.
-    if (revision < 0n || counted(imported) > revision) {
-      return { revision: now, keyIds: [], rebuild: true };
-    }
-    const keyIds = new Set<number>();
-    try {
-      // Every line up to `now` was committed with its revision bump, so
-      // the list holds every change up to `now`.
-      for await (
-        const entry of this.#kv.list<AuditEntry>({
-          start: auditKey(revision + 1n),
-          end: auditKey(now + 1n),
-        })
-      ) {
-        if ((QUIET_ACTIONS as string[]).includes(entry.value.action)) continue;
-        keyIds.add(entry.value.keyId);
-        if (keyIds.size > MAX_CHANGES) {
-          return { revision: now, keyIds: [], rebuild: true };
+    const revision = counted(current);
+    const kv = this.#kv;
+    // Every line up to `revision` was committed with its revision bump, so
+    // the list holds every change up to it.
+    async function* keyIds(): AsyncIterable<number> {
+      try {
+        const lines = kv.list<AuditEntry>({
+          start: auditKey(after + 1n),
+          end: auditKey(revision + 1n),
+        });
+        for await (const { value } of lines) {
+          if (!(QUIET_ACTIONS as string[]).includes(value.action)) {
+            yield value.keyId;
+          }
         }
+      } catch (error) {
+        throw unreadable(error);
       }
-    } catch (error) {
-      throw unreadable(error);
     }
-    return { revision: now, keyIds: [...keyIds], rebuild: false };
+    const replaced = counted(imported) > after;
+    return { revision, replaced, keyIds: keyIds(), complete: true };
   }
 
   close(): Promise<void> {

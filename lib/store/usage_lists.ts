@@ -123,3 +123,19 @@ export function byKey<T extends { id: number }>(
 function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
+
+/**
+ * Each key's latest use, one per id in id order (so that writers lock in
+ * one order), ids no key can have left out.
+ */
+export function latestUses(
+  uses: Iterable<{ id: number; at: Date }>,
+): { id: number; at: Date }[] {
+  const latest = new Map<number, Date>();
+  for (const { id, at } of uses) {
+    if (!Number.isSafeInteger(id)) continue;
+    const seen = latest.get(id);
+    if (seen === undefined || at.getTime() > seen.getTime()) latest.set(id, at);
+  }
+  return [...latest].sort(([a], [b]) => a - b).map(([id, at]) => ({ id, at }));
+}

@@ -17,12 +17,7 @@ import type { HashRead, StoreBackend, StoredInstance } from "../backend.ts";
 import { QUIET_ACTIONS } from "../change.ts";
 import { KeyService } from "../keys.ts";
 import { nameKey } from "../records.ts";
-import type {
-  AuditEntry,
-  ChangeOptions,
-  KeyChanges,
-  KeyRecord,
-} from "../types.ts";
+import type { AuditEntry, ChangeOptions, KeyRecord } from "../types.ts";
 import { bounded } from "../../util/bounded.ts";
 import {
   asUnavailable,
@@ -41,8 +36,6 @@ import { migrateWith, SchemaVersionError } from "./schema.ts";
 const BATCH = 500;
 /** Rows per statement when streaming ids and hashes for an index. */
 const HASH_BATCH = 5000;
-/** Beyond this many changed keys a reader forgets everything instead. */
-const MAX_CHANGES = 1000;
 
 /** The key store on PostgreSQL, as {@linkcode openPostgresStore} opens it. */
 export type PostgresKeyStore = KeyService;
@@ -226,22 +219,18 @@ export class PostgresBackend implements StoreBackend {
     return BigInt(row.seq ?? 0);
   }
 
-  async recordLastUsed(
-    uses: Iterable<{ id: number; at: Date }>,
-  ): Promise<void> {
-    const all = [...uses].filter((use) => Number.isSafeInteger(use.id))
-      .map((use) => ({ id: use.id, at: use.at.toISOString() }));
-    for (let start = 0; start < all.length; start += BATCH) {
-      const batch = JSON.stringify(all.slice(start, start + BATCH));
-      // Sorted by id so that instances flushing at once lock rows in one
+  async recordLastUsed(uses: { id: number; at: Date }[]): Promise<void> {
+    for (let start = 0; start < uses.length; start += BATCH) {
+      const batch = JSON.stringify(uses.slice(start, start + BATCH));
+      // In id order, so that instances flushing at once lock rows in one
       // order and cannot deadlock; the latest time wins whoever writes last.
       await this.#pool.call(() =>
         this.#sql`
           INSERT INTO last_used (key_id, at)
-          SELECT u.id, max(u.at)
+          SELECT u.id, u.at
           FROM jsonb_to_recordset(${batch}::text::jsonb) AS u(id bigint, at timestamptz)
           JOIN keys k ON k.id = u.id
-          GROUP BY u.id ORDER BY u.id
+          ORDER BY u.id
           ON CONFLICT (key_id) DO UPDATE
           SET at = greatest(last_used.at, excluded.at)`
       );
@@ -319,38 +308,34 @@ export class PostgresBackend implements StoreBackend {
     return rows.length > 0;
   }
 
-  async changesSince(revision: bigint): Promise<KeyChanges> {
-    const after = revision < 0n ? "-1" : revision.toString();
+  async auditSince(
+    after: bigint,
+    options: { limit: number },
+  ): ReturnType<StoreBackend["auditSince"]> {
     // One statement, one snapshot: every line up to the revision read.
     const [row] = await this.#pool.read(() =>
-      this.#sql<
-        {
-          revision: string;
-          key_ids: string;
-          lines: string;
-          imported: boolean;
-        }[]
-      >`
+      this.#sql<{ revision: string; key_ids: string; replaced: boolean }[]>`
         SELECT m.revision,
-          coalesce(string_agg(DISTINCT c.key_id::text, ','), '') AS key_ids,
-          count(c.key_id) AS lines,
-          coalesce(bool_or(c.key_id = 0 AND c.action = 'import'), false) AS imported
+          coalesce(string_agg(c.key_id::text, ','), '') AS key_ids,
+          coalesce(bool_or(c.key_id = 0 AND c.action = 'import'), false)
+            AS replaced
         FROM meta m
         LEFT JOIN LATERAL (
           SELECT key_id, action FROM audit
-          WHERE seq > ${after} AND seq <= m.revision
+          WHERE seq > ${after.toString()} AND seq <= m.revision
             AND action NOT IN ${this.#sql(QUIET_ACTIONS)}
-          ORDER BY seq LIMIT ${MAX_CHANGES + 1}
+          ORDER BY seq LIMIT ${options.limit + 1}
         ) c ON true
         GROUP BY m.revision`
     );
-    const now = BigInt(row.revision);
-    if (revision < 0n || row.imported || Number(row.lines) > MAX_CHANGES) {
-      return { revision: now, keyIds: [], rebuild: true };
-    }
     // A list in text: the driver is told no array types (fetch_types: false).
     const keyIds = row.key_ids === "" ? [] : row.key_ids.split(",").map(Number);
-    return { revision: now, keyIds, rebuild: false };
+    return {
+      revision: BigInt(row.revision),
+      replaced: row.replaced,
+      keyIds,
+      complete: keyIds.length <= options.limit,
+    };
   }
 
   async onChange(listener: () => void): Promise<() => Promise<void>> {
