@@ -2,8 +2,11 @@
  * The seam: the few primitives a database must provide for the key store,
  * and nothing more. Every rule about keys (what a creation, a revocation, a
  * rotation, a retirement, a usage note is) lives above it, once, in
- * `changes.ts` and `keys.ts`; a backend only reads consistently, commits
- * one change atomically, and keeps the change feed and the registrations.
+ * `changes.ts` and `keys.ts`, as do the import's (`import.ts`), the change
+ * feed's (`feed.ts`) and the registry's (`registrations.ts`); a backend
+ * only reads consistently, commits one change atomically, stages an import
+ * out of sight and publishes it in one step, and stores registrations
+ * under a version it compares and sets.
  * docs/design.md ("A third backend") says what each primitive promises;
  * tests/support/store_contract.ts and lease_contract.ts are the proof.
  *
@@ -113,6 +116,18 @@ export class ChangeDraft<A extends Alters> implements ChangeReads {
   readonly audit = (line: AuditLine<A>): void => {
     this.lines.push(line);
   };
+
+  /**
+   * The audit lines as a commit appends them after revision `before`: each
+   * under the revision it moves to, all at the change's time.
+   */
+  numbered(before: bigint): { seq: bigint; entry: AuditEntry }[] {
+    const at = this.at.toISOString();
+    return this.lines.map((line, i) => ({
+      seq: before + BigInt(i + 1),
+      entry: { at, ...line },
+    }));
+  }
 
   /**
    * How far the change moves the revision: one per audit line, and one for

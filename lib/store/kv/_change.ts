@@ -80,10 +80,9 @@ export async function changeIn<T, A extends Alters>(
     }
     const revision = before + BigInt(draft.moves);
     await reads.write(op, draft.writes);
-    draft.lines.forEach((line, i) => {
-      const at = draft.at.toISOString();
-      op.set(auditKey(before + BigInt(i + 1)), { at, ...line });
-    });
+    for (const { seq, entry } of draft.numbered(before)) {
+      op.set(auditKey(seq), entry);
+    }
     if (revision > before) {
       op.set(REVISION, new Deno.KvU64(revision));
       if (kind.alters === "authentication") {

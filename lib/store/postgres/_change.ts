@@ -20,7 +20,7 @@ import type { Pool, Tx } from "./connection.ts";
 import {
   IMPORT_LOCK,
   insertAudit,
-  insertKey,
+  insertKeys,
   jsonOrNull,
   type KeyRow,
   lockUsage,
@@ -49,11 +49,8 @@ export function changeIn<T, A extends Alters>(
     const meta = await reads.meta();
     await applyWrites(tx, draft.writes);
     const revision = meta.revision + BigInt(draft.moves);
-    for (const [i, line] of draft.lines.entries()) {
-      await insertAudit(tx, meta.revision + BigInt(i + 1), {
-        ...line,
-        at: draft.at,
-      });
+    for (const { seq, entry } of draft.numbered(meta.revision)) {
+      await insertAudit(tx, seq, entry);
     }
     const auth = kind.alters === "authentication";
     await tx`
@@ -147,7 +144,7 @@ async function applyWrites(tx: Tx, writes: Write[]): Promise<void> {
           refused = coalesce(${jsonOrNull(refused)}::text::jsonb, refused)
         WHERE key_id = ${write.id}`;
     } else if (write.kind === "insert") {
-      await insertKey(tx, write.record);
+      await insertKeys(tx, [write.record]);
     } else {
       await updateKey(tx, write.record);
     }

@@ -12,10 +12,8 @@ import {
   type StagedImport,
 } from "../backend.ts";
 import { ImportStateError, StoreInputError } from "../errors.ts";
-import { nameKey } from "../records.ts";
-import type { KeyRecord } from "../types.ts";
 import type { Pool, Tx } from "./connection.ts";
-import { IMPORT_LOCK, insertAudit } from "./_rows.ts";
+import { IMPORT_LOCK, insertAudit, insertKeys } from "./_rows.ts";
 
 /**
  * Stages an import into the empty store behind `pool`: one transaction, so
@@ -83,87 +81,35 @@ async function lockForImport(tx: Tx): Promise<void> {
 
 async function writeBatch(tx: Tx, batch: ImportBatch): Promise<void> {
   if (batch.keys.length > 0) {
-    await insertImportedKeys(tx, JSON.stringify(batch.keys.map(importedRow)));
+    await insertKeys(tx, batch.keys);
+    const usage = JSON.stringify(batch.keys.map((record) => ({
+      id: record.id,
+      last_used_at: record.lastUsedAt,
+      networks: record.networks,
+      refused: record.refusedUses,
+    })));
+    await tx`
+      INSERT INTO key_usage (key_id, networks, refused)
+      SELECT id, networks, refused
+      FROM jsonb_to_recordset(${usage}::text::jsonb) AS r(id bigint,
+        networks jsonb, refused jsonb)
+      WHERE networks <> '[]'::jsonb OR refused <> '[]'::jsonb`;
+    await tx`
+      INSERT INTO last_used (key_id, at)
+      SELECT id, last_used_at
+      FROM jsonb_to_recordset(${usage}::text::jsonb) AS r(id bigint,
+        last_used_at timestamptz)
+      WHERE last_used_at IS NOT NULL`;
   }
   if (batch.audit.length > 0) {
-    const rows = batch.audit.map(({ seq, entry }) => ({
+    const rows = JSON.stringify(batch.audit.map(({ seq, entry }) => ({
+      ...entry,
       seq,
-      at: entry.at,
-      action: entry.action,
-      key_id: entry.keyId,
-      actor: entry.actor,
-      detail: entry.detail,
-    }));
-    await insertImportedAudit(tx, JSON.stringify(rows));
-  }
-}
-
-function importedRow(record: KeyRecord): Record<string, unknown> {
-  return {
-    id: record.id,
-    name: record.name,
-    name_key: importedNameKey(record),
-    email: record.email,
-    status: record.status,
-    hash: record.hash,
-    hint: record.hint,
-    created_at: record.createdAt,
-    revoked_at: record.revokedAt,
-    revoked_reason: record.revokedReason,
-    exposed_at: record.exposedAt,
-    exposed_from: record.exposedFrom,
-    last_used_at: record.lastUsedAt,
-    expires_at: record.expiresAt,
-    replaced_by: record.replacedBy,
-    retires: record.retires,
-    allow_from: record.allowFrom,
-    rate_limit: record.rateLimit,
-    networks: record.networks,
-    refused: record.refusedUses,
-  };
-}
-
-async function insertImportedKeys(tx: Tx, json: string): Promise<void> {
-  await tx`
-    INSERT INTO keys (id, name, name_key, email, status, hash, hint,
-      created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
-      expires_at, replaced_by, retires, allow_from, rate_limit)
-    SELECT id, name, name_key, email, status, hash, hint,
-      created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
-      expires_at, replaced_by, retires, allow_from, rate_limit
-    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint, name text,
-      name_key text, email text, status text, hash text, hint text,
-      created_at timestamptz, revoked_at timestamptz, revoked_reason text,
-      exposed_at timestamptz, exposed_from text,
-      expires_at timestamptz, replaced_by bigint, retires bigint,
-      allow_from jsonb, rate_limit jsonb)`;
-  await tx`
-    INSERT INTO key_usage (key_id, networks, refused)
-    SELECT id, networks, refused
-    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint,
-      networks jsonb, refused jsonb)
-    WHERE networks <> '[]'::jsonb OR refused <> '[]'::jsonb`;
-  await tx`
-    INSERT INTO last_used (key_id, at)
-    SELECT id, last_used_at
-    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint,
-      last_used_at timestamptz)
-    WHERE last_used_at IS NOT NULL`;
-}
-
-async function insertImportedAudit(tx: Tx, json: string): Promise<void> {
-  await tx`
-    INSERT INTO audit (seq, at, action, key_id, actor, detail)
-    SELECT seq, at, action, key_id, actor, detail
-    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(seq bigint, at timestamptz,
-      action text, key_id bigint, actor text, detail text)`;
-}
-
-/** Only valid keys' names must be usable; a revoked key keeps whatever it had. */
-function importedNameKey(record: KeyRecord): string {
-  try {
-    return nameKey(record.name);
-  } catch {
-    return record.name.toLowerCase();
+    })));
+    await tx`
+      INSERT INTO audit (seq, at, action, key_id, actor, detail)
+      SELECT seq, at, action, "keyId", actor, detail
+      FROM jsonb_to_recordset(${rows}::text::jsonb) AS r(seq bigint,
+        at timestamptz, action text, "keyId" bigint, actor text, detail text)`;
   }
 }

@@ -6,6 +6,7 @@
  * @module
  */
 
+import { withUsage } from "../backend.ts";
 import type { AuditLine } from "../change.ts";
 import { nameKey } from "../records.ts";
 import { storedRateLimit } from "../rate_limits.ts";
@@ -60,7 +61,7 @@ export const IMPORT_LOCK = 0x6b657973; // "keys"
 
 /** A row as a record; last use and usage lists as joined, or none. */
 export function toRecord(row: KeyRow): KeyRecord {
-  return {
+  return withUsage({
     id: Number(row.id),
     name: row.name,
     email: row.email,
@@ -72,15 +73,19 @@ export function toRecord(row: KeyRow): KeyRecord {
     revokedReason: row.revoked_reason,
     exposedAt: row.exposed_at?.toISOString() ?? null,
     exposedFrom: row.exposed_from,
-    lastUsedAt: row.last_used_at?.toISOString() ?? null,
+    lastUsedAt: null,
     expiresAt: row.expires_at?.toISOString() ?? null,
     replacedBy: row.replaced_by === null ? null : Number(row.replaced_by),
     retires: row.retires === null ? null : Number(row.retires),
     allowFrom: row.allow_from ?? null,
     rateLimit: storedRateLimit(row.rate_limit),
+    networks: [],
+    refusedUses: [],
+  }, {
+    lastUsedAt: row.last_used_at?.toISOString() ?? null,
     networks: row.networks ?? [],
-    refusedUses: row.refused ?? [],
-  };
+    refused: row.refused ?? [],
+  });
 }
 
 /** An audit row as an entry. */
@@ -99,19 +104,37 @@ export function jsonOrNull(value: unknown): string | null {
   return value === null || value === undefined ? null : JSON.stringify(value);
 }
 
-/** Stores a new record. */
-export async function insertKey(tx: Tx, record: KeyRecord): Promise<void> {
+/**
+ * Stores new records, from a change or an import alike; what is kept
+ * apart from them (last use, usage lists) is not written here.
+ */
+export async function insertKeys(tx: Tx, records: KeyRecord[]): Promise<void> {
+  const json = JSON.stringify(records.map((record) => ({
+    ...record,
+    nameKey: storedNameKey(record),
+  })));
   await tx`
     INSERT INTO keys (id, name, name_key, email, status, hash, hint,
       created_at, revoked_at, revoked_reason, exposed_at, exposed_from,
       expires_at, replaced_by, retires, allow_from, rate_limit)
-    VALUES (${record.id}, ${record.name}, ${nameKey(record.name)},
-      ${record.email}, ${record.status}, ${record.hash}, ${record.hint},
-      ${record.createdAt}, ${record.revokedAt}, ${record.revokedReason},
-      ${record.exposedAt}, ${record.exposedFrom}, ${record.expiresAt},
-      ${record.replacedBy}, ${record.retires},
-      ${jsonOrNull(record.allowFrom)}::text::jsonb,
-      ${jsonOrNull(record.rateLimit)}::text::jsonb)`;
+    SELECT id, name, "nameKey", email, status, hash, hint,
+      "createdAt", "revokedAt", "revokedReason", "exposedAt", "exposedFrom",
+      "expiresAt", "replacedBy", retires, "allowFrom", "rateLimit"
+    FROM jsonb_to_recordset(${json}::text::jsonb) AS r(id bigint, name text,
+      "nameKey" text, email text, status text, hash text, hint text,
+      "createdAt" timestamptz, "revokedAt" timestamptz, "revokedReason" text,
+      "exposedAt" timestamptz, "exposedFrom" text, "expiresAt" timestamptz,
+      "replacedBy" bigint, retires bigint, "allowFrom" jsonb,
+      "rateLimit" jsonb)`;
+}
+
+/** Only valid keys' names must be usable; an imported revoked key keeps whatever it had. */
+function storedNameKey(record: KeyRecord): string {
+  try {
+    return nameKey(record.name);
+  } catch {
+    return record.name.toLowerCase();
+  }
 }
 
 /**

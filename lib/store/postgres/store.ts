@@ -106,9 +106,7 @@ export class PostgresBackend implements StoreBackend {
    */
   #records() {
     return this.#sql`
-      SELECT k.*,
-        CASE WHEN u.at < k.created_at THEN k.created_at ELSE u.at END
-          AS last_used_at, g.networks, g.refused
+      SELECT k.*, u.at AS last_used_at, g.networks, g.refused
       FROM keys k LEFT JOIN last_used u ON u.key_id = k.id
         LEFT JOIN key_usage g ON g.key_id = k.id`;
   }
