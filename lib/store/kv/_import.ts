@@ -1,12 +1,12 @@
 /**
- * The KV backend's staged import and its discard. An import cannot be one atomic
- * operation, so it writes in batches under the `["importing"]` marker: the
- * marker is set with a revision bump on an empty store, every batch checks
- * that the marker is still its own, and the marker goes with another bump
- * when the import completes or has been wiped again. Since lookups read the
- * marker in the same snapshot as the record, no key of an unfinished import
- * ever authenticates, and since the revisions are never wiped, a revision
- * never repeats.
+ * The KV backend's staged import and its discard. An import cannot be one
+ * atomic operation, so it writes in batches under the `["importing"]`
+ * marker: the marker is set with a revision bump on an empty store, every
+ * batch checks that the marker is still its own, and the marker goes with
+ * another bump when the import completes or has been wiped again. Since
+ * lookups read the marker in the same snapshot as the record, no key of an
+ * unfinished import ever authenticates, and since the revisions are never
+ * wiped, a revision never repeats.
  *
  * @module
  */

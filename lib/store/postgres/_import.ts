@@ -1,7 +1,7 @@
 /**
- * The PostgreSQL backend's staged import: one transaction, so servers see none of
- * it until it commits, and a failed or killed one leaves nothing; it holds
- * an advisory lock that a second import cannot take.
+ * The PostgreSQL backend's staged import: one transaction, so servers see
+ * none of it until it commits, and a failed or killed one leaves nothing;
+ * it holds an advisory lock that a second import cannot take.
  *
  * @module
  */
