@@ -502,6 +502,15 @@ async function underLoad(
       } ms after its commit`,
     );
   }
+  // The servers keep hashes only: no key they were sent is in their output.
+  for (const [i, server] of servers.entries()) {
+    for (const slot of slots) {
+      assert.ok(
+        !server.output().includes(slot.key),
+        `instance ${i} printed the key of ${slot.name}`,
+      );
+    }
+  }
 }
 
 // 2. A server that cannot acknowledge (frozen) holds a change up for one
