@@ -23,6 +23,7 @@ import {
   createKey,
   freePort,
   keys,
+  rotateUntilFirstUse,
   type RunResult,
   type ServerProcess,
   startServer,
@@ -990,25 +991,6 @@ for (const { label, postgres } of STORES) {
       }
     },
   });
-}
-
-/** `keys rotate NAME --overlap 1h --until-first-use`; the new key. */
-async function rotateUntilFirstUse(
-  cwd: string,
-  name: string,
-  env: Record<string, string>,
-): Promise<{ key: string }> {
-  const rotate = await keys(cwd, [
-    "rotate",
-    name,
-    "--overlap",
-    "1h",
-    "--until-first-use",
-    "--yes",
-    "--json",
-  ], env);
-  assert.equal(rotate.code, 0, rotate.stderr);
-  return JSON.parse(rotate.stdout) as { key: string };
 }
 
 // 5. A rotation's link, once spent, costs nothing more: the first use of the

@@ -47,13 +47,10 @@ Deno.test("a key revoked by the console is refused by the very next request with
       },
     );
 
-    const revoke = await keys(dir.path, [
-      "revoke",
-      String(first.id),
-      "--reason",
-      "laptop stolen",
-    ]);
-    assert.equal(revoke.code, 0, revoke.stderr);
+    const revoke = (reason: string) =>
+      keys(dir.path, ["revoke", String(first.id), "--reason", reason]);
+    const revoked = await revoke("laptop stolen");
+    assert.equal(revoked.code, 0, revoked.stderr);
     const refused = await check(server.url, first.key);
     assert.equal(refused.status, 401);
     assert.ok(refused.headers.get("date"), "Date header on 401");
@@ -64,12 +61,7 @@ Deno.test("a key revoked by the console is refused by the very next request with
 
     // A second revoke: said so to the administrator, nothing written.
     const before = await changes(dir.path);
-    const again = await keys(dir.path, [
-      "revoke",
-      String(first.id),
-      "--reason",
-      "again",
-    ]);
+    const again = await revoke("again");
     assert.equal(again.code, 0, again.stderr);
     assert.match(again.stderr, /already revoked/);
     assert.equal(await changes(dir.path), before);
