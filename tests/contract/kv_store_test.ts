@@ -57,14 +57,8 @@ Deno.test("kv store: a store written before the due and overlap indexes builds t
     const path = `${dir}/keys.db`;
     const store = await openKvStore(path);
     const past = new Date(Date.now() - 60_000).toISOString();
-    const fresh = generateApiKey();
-    const lapsed = await store.create({
-      name: "lapsed",
-      email: "lapsed@example.com",
-      hash: fresh.hash,
-      hint: fresh.hint,
-      expiresAt: past,
-    }, { actor: "tester" });
+    const lapsed =
+      (await storeKey(store, "lapsed", { expiresAt: past })).record;
     const old = await storeKey(store, "old");
     const { created } = await store.rotate(
       old.record.id,
