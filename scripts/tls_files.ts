@@ -12,64 +12,30 @@
  * openssl as an operator would have them.
  */
 export async function makeTlsFiles(folder: string): Promise<void> {
-  const tls = folder;
   await Deno.writeTextFile(
-    `${tls}/leaf.ext`,
+    `${folder}/leaf.ext`,
     "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
   );
-  // A throwaway CA and a server certificate it signs, as an operator would have.
-  for (
-    const args of [
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test CA",
-        "-keyout",
-        `${tls}/ca.key`,
-        "-out",
-        `${tls}/ca.pem`,
-      ],
-      [
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        `${tls}/key.pem`,
-        "-out",
-        `${tls}/leaf.csr`,
-      ],
-      [
-        "x509",
-        "-req",
-        "-in",
-        `${tls}/leaf.csr`,
-        "-CA",
-        `${tls}/ca.pem`,
-        "-CAkey",
-        `${tls}/ca.key`,
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        `${tls}/leaf.ext`,
-        "-out",
-        `${tls}/cert.pem`,
-      ],
-    ]
-  ) {
+  const at = (file: string) => `${folder}/${file}`;
+  /** A new P-256 key, unencrypted, written to `file`, for `openssl req`. */
+  const newKey = (file: string) => [
+    ...["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+    ...["-nodes", "-keyout", at(file)],
+  ];
+  const signedByCa = ["-CA", at("ca.pem"), "-CAkey", at("ca.key")];
+  const commands = [
+    // A throwaway CA,
+    ["req", "-x509", ...newKey("ca.key"), "-subj", "/CN=test CA"]
+      .concat(["-days", "1", "-out", at("ca.pem")]),
+    // a request for localhost,
+    ["req", ...newKey("key.pem"), "-subj", "/CN=localhost", "-out"]
+      .concat([at("leaf.csr")]),
+    // and the certificate the CA signs for it.
+    ["x509", "-req", "-in", at("leaf.csr"), "-days", "1", ...signedByCa]
+      .concat(["-CAcreateserial", "-extfile", at("leaf.ext")])
+      .concat(["-out", at("cert.pem")]),
+  ];
+  for (const args of commands) {
     const openssl = await new Deno.Command("openssl", {
       args,
       stdout: "null",

@@ -9,6 +9,7 @@ import {
   createKey,
   keys,
   rotateUntilFirstUse,
+  rotateWithOverlap,
   runTask,
   startServer,
   tempDir,
@@ -60,16 +61,11 @@ Deno.test("a key rotated with --overlap works until its deadline and is refused 
     using dir = tempDir();
     const old = await createKey(dir.path, "berlin-erp");
     await using server = await startServer(dir.path);
-    const rotate = await keys(dir.path, [
-      "rotate",
+    const rotated = await rotateWithOverlap(
+      dir.path,
       "berlin-erp",
-      "--overlap",
       `${seconds}s`,
-      "--yes",
-      "--json",
-    ]);
-    assert.equal(rotate.code, 0, rotate.stderr);
-    const rotated = JSON.parse(rotate.stdout);
+    );
     const deadline = Date.parse(rotated.replaces.expiresAt);
     const show = await keys(dir.path, ["show", String(old.id)]);
     if (Date.now() >= deadline) return TOO_SLOW;
@@ -277,16 +273,12 @@ Deno.test({
       );
       await using a = await startServer(dir.path, env);
       await using b = await startServer(dir.path, env);
-      const rotate = await keys(dir.path, [
-        "rotate",
+      const rotated = await rotateWithOverlap(
+        dir.path,
         "berlin-erp",
-        "--overlap",
         `${seconds}s`,
-        "--yes",
-        "--json",
-      ], env);
-      assert.equal(rotate.code, 0, rotate.stderr);
-      const rotated = JSON.parse(rotate.stdout);
+        { env },
+      );
       const deadline = Date.parse(rotated.replaces.expiresAt);
       const refused = new Set<string>();
       const acceptedBefore = new Set<string>();

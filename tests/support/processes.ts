@@ -78,26 +78,46 @@ export async function readTree(path: string): Promise<string> {
   return all;
 }
 
+/** What `keys rotate --json` prints: the new key, and the old one as it now is. */
+export interface Rotated {
+  id: number;
+  key: string;
+  /** With --until-first-use, the id of the key the first use retires. */
+  retires?: number;
+  /** The old key, whose overlap ends at `expiresAt`. */
+  replaces: { id: number; expiresAt: string };
+}
+
 /**
- * `keys rotate NAME --overlap 1h --until-first-use --yes --json`, which must
- * succeed: the new key, and the id of the key it retires.
+ * `keys rotate NAME --overlap OVERLAP [--until-first-use] --yes --json`,
+ * which must succeed.
  */
-export async function rotateUntilFirstUse(
+export async function rotateWithOverlap(
   cwd: string,
   name: string,
-  env: Record<string, string> = {},
-): Promise<{ id: number; key: string; retires: number }> {
+  overlap: string,
+  options: { untilFirstUse?: boolean; env?: Record<string, string> } = {},
+): Promise<Rotated> {
   const rotate = await keys(cwd, [
     "rotate",
     name,
     "--overlap",
-    "1h",
-    "--until-first-use",
+    overlap,
+    ...(options.untilFirstUse ? ["--until-first-use"] : []),
     "--yes",
     "--json",
-  ], env);
+  ], options.env);
   assert.equal(rotate.code, 0, rotate.stderr);
   return JSON.parse(rotate.stdout);
+}
+
+/** An hour's overlap that the new key's first use ends. */
+export function rotateUntilFirstUse(
+  cwd: string,
+  name: string,
+  env: Record<string, string> = {},
+): Promise<Rotated> {
+  return rotateWithOverlap(cwd, name, "1h", { untilFirstUse: true, env });
 }
 
 /**
