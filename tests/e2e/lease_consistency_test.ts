@@ -603,6 +603,16 @@ function pollAll(servers: ServerProcess[], key: string) {
   );
   return {
     samples,
+    /** Resolves once every instance has answered `count` polls. */
+    answered: (count: number) =>
+      waitFor(
+        () =>
+          servers.every((_, i) =>
+            samples.filter((s) => s.server === i).length >= count
+          ),
+        20_000,
+        `${count} answers from every instance`,
+      ),
     async stop() {
       running = false;
       await Promise.all(loops);
@@ -730,7 +740,8 @@ Deno.test({
       const poll = pollAll(servers, key);
       let downAt = 0;
       try {
-        await sleep(300);
+        // Load first, waited for, not slept for.
+        await poll.answered(20);
         // pg_ctl stop -m fast: it returns once the server is gone; every
         // read a lease may rest on began before that.
         await cluster.stop();
@@ -776,7 +787,8 @@ Deno.test({
       let downAt = 0;
       let upAt = 0;
       try {
-        await sleep(300);
+        // Load first, waited for, not slept for.
+        await poll.answered(20);
         // The postmaster first, so that it forks nothing after the list.
         const [postmaster] = cluster.pids();
         signal(postmaster, "SIGSTOP");
