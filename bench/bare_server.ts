@@ -7,17 +7,13 @@
  * @module
  */
 
+import { statusBody } from "./status_body.ts";
+
 const port = Number(Deno.env.get("PORT") ?? 8001);
 const socket = Deno.env.get("SOCKET");
 const handler = () =>
   new Response(
-    JSON.stringify({
-      connected: true,
-      authenticatedByApiKey: true,
-      apiKeyId: 1,
-      email: "ops@example.com",
-      serverUtc: new Date().toISOString(),
-    }),
+    statusBody(),
     {
       headers: {
         "cache-control": "no-store",

@@ -48,7 +48,6 @@
 import { generateApiKey } from "../lib/auth/api_key.ts";
 import type { StoreLocation } from "../lib/server/config.ts";
 import { openStore } from "../lib/store/open.ts";
-import { RATE_MAX_COUNT } from "../lib/auth/rate_limit.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
 import {
@@ -68,7 +67,11 @@ import {
   storeCallLines,
   storeCallsOf,
 } from "./store_calls.ts";
-import { benchStoreKind, type StoreKind } from "./stores.ts";
+import {
+  addNeverLimitedKey,
+  benchStoreKind,
+  type StoreKind,
+} from "./stores.ts";
 import { measureConsole } from "./console.ts";
 import { type Proxy, proxyAvailable, startProxy } from "./proxy.ts";
 
@@ -198,13 +201,7 @@ async function prepare(
     }
     // The valid key's row again with a rate limit it never reaches: what
     // the limit costs on the valid-key path.
-    await store.create({
-      name: "rate-limited",
-      email: "rl@example.com",
-      hash: limited.hash,
-      hint: limited.hint,
-      rateLimit: { count: RATE_MAX_COUNT, windowSeconds: 1 },
-    }, { actor: "bench" });
+    await addNeverLimitedKey(store, "rate-limited", "rl@example.com", limited);
   } finally {
     await store.close();
   }
@@ -226,6 +223,24 @@ async function machine(): Promise<string> {
   return `${cpu.trim()}, ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}, ${wrkVersion}`;
 }
 
+/** bench/bare_server.ts with `permissions` and `env` (PORT or SOCKET). */
+function spawnBare(
+  permissions: string[],
+  env: Record<string, string>,
+): Deno.ChildProcess {
+  return new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      ...permissions,
+      "--allow-env=PORT,SOCKET",
+      new URL("./bare_server.ts", import.meta.url).pathname,
+    ],
+    env,
+    stdout: "null",
+    stderr: "inherit",
+  }).spawn();
+}
+
 const fmt = (n: number, digits = 2) =>
   Number.isFinite(n) ? n.toFixed(digits) : "–";
 
@@ -237,30 +252,14 @@ async function main(): Promise<number> {
   let flood: FloodResult | undefined;
   const calls: StoreCallBlock[] = [];
   let revocation: RevocationResult | undefined;
-  const bare = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-net=127.0.0.1",
-      "--allow-env=PORT,SOCKET",
-      new URL("./bare_server.ts", import.meta.url).pathname,
-    ],
-    env: { PORT: String(BARE_PORT) },
-    stdout: "null",
-    stderr: "inherit",
-  }).spawn();
-  const bareOnSocket = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-net=127.0.0.1,unix:" + BARE_SOCKET,
-      `--allow-read=${BARE_SOCKET}`,
-      `--allow-write=${BARE_SOCKET}`,
-      "--allow-env=PORT,SOCKET",
-      new URL("./bare_server.ts", import.meta.url).pathname,
-    ],
-    env: { SOCKET: BARE_SOCKET },
-    stdout: "null",
-    stderr: "inherit",
-  }).spawn();
+  const bare = spawnBare(["--allow-net=127.0.0.1"], {
+    PORT: String(BARE_PORT),
+  });
+  const bareOnSocket = spawnBare([
+    "--allow-net=127.0.0.1,unix:" + BARE_SOCKET,
+    `--allow-read=${BARE_SOCKET}`,
+    `--allow-write=${BARE_SOCKET}`,
+  ], { SOCKET: BARE_SOCKET });
   // The same serving layer without the key check, with the start task's
   // V8 flags and its request log drained through a pipe, as the service's.
   const noAuth = new Deno.Command(Deno.execPath(), {

@@ -37,7 +37,8 @@ import { JsonLog } from "../lib/http/log.ts";
 import { openStore } from "../lib/store/open.ts";
 import { annotateRequest, countOutcome } from "../lib/http/telemetry.ts";
 import { UsageRecorder } from "../lib/usage/networks.ts";
-import { RATE_MAX_COUNT } from "../lib/auth/rate_limit.ts";
+import { addNeverLimitedKey } from "./stores.ts";
+import { statusBody } from "./status_body.ts";
 
 const PART_MS = Number(Deno.env.get("PARTS_MS") ?? 300);
 const ROUTE = "/api/v1/integration/connection";
@@ -116,13 +117,12 @@ export async function measureParts(): Promise<[string, number][]> {
   // The same key with a rate limit it never reaches, for the cost of the
   // limit on the valid-key path.
   const limited = generateApiKey();
-  await store.create({
-    name: "parts-limited",
-    email: "parts@example.com",
-    hash: limited.hash,
-    hint: limited.hint,
-    rateLimit: { count: RATE_MAX_COUNT, windowSeconds: 1 },
-  }, { actor: "bench" });
+  await addNeverLimitedKey(
+    store,
+    "parts-limited",
+    "parts@example.com",
+    limited,
+  );
   const lease = new Lease(store);
   await lease.start();
   const proxies = { trustedProxies: [parseCidr("127.0.0.1")!] };
@@ -142,14 +142,7 @@ export async function measureParts(): Promise<[string, number][]> {
   const usage = new UsageRecorder(store, { flushMs: 3_600_000 });
   const sink = { write: (b: Uint8Array) => Promise.resolve(b.length) };
   const log = new JsonLog({ out: sink });
-  const body = () =>
-    JSON.stringify({
-      connected: true,
-      authenticatedByApiKey: true,
-      apiKeyId: 1,
-      email: "ops@example.com",
-      serverUtc: new Date().toISOString(),
-    });
+  const body = statusBody;
 
   await add(
     "new Request (what Deno builds per request)",

@@ -4,11 +4,13 @@
  * nginx, plain HTTP/1.1 to the service on loopback), with only its "SET"
  * lines changed, and the per-address connection cap raised, as every
  * benchmark connection comes from 127.0.0.1 (the shipped 100 would refuse
- * the 128-connection rows). The certificate is a throwaway, self-signed:
- * wrk does not verify it.
+ * the 128-connection rows). The certificate is a throwaway one signed by a
+ * throwaway CA (scripts/tls_files.ts): wrk does not verify it.
  *
  * @module
  */
+
+import { makeTlsFiles } from "../scripts/tls_files.ts";
 
 const CONFIG = new URL("../deploy/nginx.conf", import.meta.url);
 
@@ -41,28 +43,7 @@ export async function startProxy(
   ports: { listen: number; upstream: string | number },
 ): Promise<Proxy> {
   await Deno.mkdir(folder, { recursive: true });
-  const tls = await new Deno.Command("openssl", {
-    args: [
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-days",
-      "1",
-      "-subj",
-      "/CN=localhost",
-      "-keyout",
-      `${folder}/key.pem`,
-      "-out",
-      `${folder}/cert.pem`,
-    ],
-    stdout: "null",
-    stderr: "null",
-  }).output();
-  if (tls.code !== 0) throw new Error("openssl could not make a certificate");
+  await makeTlsFiles(folder);
   const shipped = await Deno.readTextFile(CONFIG);
   const config = shipped
     .replace(

@@ -201,6 +201,21 @@ export interface ServerProcess extends AsyncDisposable {
   stop(signal?: Deno.Signal): Promise<number>;
 }
 
+/** A server that exited, or hung, instead of listening. */
+export class ServerStartError extends Error {
+  override name = "ServerStartError";
+  /** Its exit code; null when it hung and was killed. */
+  readonly exitCode: number | null;
+  /** What it printed on stdout and stderr. */
+  readonly output: string;
+
+  constructor(exitCode: number | null, output: string) {
+    super(`the server did not start (exit code ${exitCode}):\n${output}`);
+    this.exitCode = exitCode;
+    this.output = output;
+  }
+}
+
 /** How much of its latest output a server started without `keepOutput` keeps. */
 export const TAIL_CHARS = 65_536;
 
@@ -276,13 +291,14 @@ export async function startServer(
     new Promise<null>((resolve) => timer = setTimeout(resolve, 120_000, null)),
   ]).finally(() => clearTimeout(timer));
   if (listening === null) {
+    const hung = !ended;
     try {
       child.kill();
     } catch {
       // already gone
     }
-    await done;
-    throw new Error(`the server did not start:\n${text}`);
+    const [{ code }] = await Promise.all([child.status, done]);
+    throw new ServerStartError(hung ? null : code, text);
   }
   if (listening[2] !== undefined) socket = listening[2];
   else port = Number(listening[1]);

@@ -11,6 +11,7 @@ import {
   ignoredWithout,
   installNpmTools,
   type NpmTools,
+  OFFLINE_RUN,
   required,
   withoutKeys,
 } from "../support/npm_tools.ts";
@@ -185,12 +186,7 @@ Deno.test({
     /** `tsc --strict` on one program of the folder, with Deno's globals declared. */
     const tscStrict = (file: string) =>
       run(folder, [
-        "run",
-        "-q",
-        "--allow-read",
-        "--allow-env",
-        "--allow-sys",
-        "--deny-net",
+        ...OFFLINE_RUN,
         installed.bin("typescript", "tsc"),
         "--strict",
         "--noEmit",

@@ -13,6 +13,7 @@ import {
   validateResponse,
 } from "../support/openapi.ts";
 import { createKey, startServer, tempDir } from "../support/processes.ts";
+import { OFFLINE_RUN } from "../support/npm_tools.ts";
 
 const ROOT = new URL("../../", import.meta.url);
 const CONNECTION = "/api/v1/integration/connection";
@@ -28,13 +29,8 @@ async function lint(
   assert.match(redocly, /^npm:@redocly\/cli@\d+\.\d+\.\d+$/);
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
-      "run",
-      "-q",
-      // Linting reads files only; a denied network proves nothing is fetched.
-      "--allow-read",
-      "--allow-env",
-      "--allow-sys",
-      "--deny-net",
+      // Linting reads files only, offline.
+      ...OFFLINE_RUN,
       redocly,
       "lint",
       // recommended-strict turns every warning into an error.

@@ -3,9 +3,13 @@
  * revoke, rotate, import (complete, failing on a bad line, interrupted,
  * crashed), abort and restarts, with every key ever made sent through a
  * running {@linkcode KeyLookup} (the server's cache) after every step and in
- * the middle of every import. A key must authenticate exactly when the model
- * says it is valid, the store must list exactly the model's keys, and the
- * revision must never move backwards.
+ * the middle of every import, and through the service's handler as GET and
+ * HEAD requests. A key must authenticate exactly when the model says it is
+ * valid (a revoked one with the reason "revoked", one the store never kept
+ * as unknown), the handler must answer 200 or the one empty 401 to match,
+ * every other key unaffected, the store must list exactly the model's keys,
+ * and the revision must never move backwards. The KV store lives in a
+ * folder that does not exist yet, as a first start finds it.
  *
  * Runs per store: `MODEL_RUNS` (default 150 for KV, 25 for PostgreSQL, whose
  * runs each create a database); the PostgreSQL half shows as ignored without
@@ -16,6 +20,9 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import { KeyLookup } from "../../lib/auth/key_lookup.ts";
+import { LockoutTracker } from "../../lib/auth/lockout.ts";
+import { CONNECTION_PATH } from "../../lib/routes/connection.ts";
+import { createHandler, type Handler } from "../../lib/server/handler.ts";
 import { openKvStore } from "../../lib/store/kv.ts";
 import { openPostgresStore } from "../../lib/store/postgres/store.ts";
 import {
@@ -27,6 +34,7 @@ import { newRecord } from "../../lib/store/records.ts";
 import type { ExportItem, KeyRecord, KeyStore } from "../../lib/store/types.ts";
 import { fillerLines, pausedImport } from "../support/store_contract.ts";
 import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { serveInfo } from "../support/http.ts";
 
 const ACTOR = "model@test";
 
@@ -38,7 +46,8 @@ interface Installation extends AsyncDisposable {
 async function kvInstallation(): Promise<Installation> {
   const dir = await Deno.makeTempDir({ prefix: "isk_model_" });
   return {
-    open: () => openKvStore(`${dir}/keys.db`),
+    // Nested: opening creates the folders, and a reopened file keeps every key.
+    open: () => openKvStore(`${dir}/nested/data/keys.db`),
     async [Symbol.asyncDispose]() {
       await Deno.remove(dir, { recursive: true });
     },
@@ -165,6 +174,8 @@ class Runner {
   admin!: KeyStore;
   server!: KeyStore;
   lookup!: KeyLookup;
+  /** The service's handler on the server's store, as a request meets it. */
+  handler!: Handler;
   #revision = 0n;
 
   constructor(installation: Installation) {
@@ -174,7 +185,20 @@ class Runner {
   async start(): Promise<void> {
     this.admin = await this.#installation.open();
     this.server = await this.#installation.open();
+    this.#serve();
+  }
+
+  /** The server's cache and handler, fresh: a server (re)started. */
+  #serve(): void {
     this.lookup = new KeyLookup(this.server);
+    this.handler = createHandler(this.server, {
+      // The model sends thousands of refused keys from one client.
+      lockout: new LockoutTracker({
+        maxFailures: Number.MAX_SAFE_INTEGER,
+        windowSeconds: 60,
+        lockSeconds: 1,
+      }),
+    });
   }
 
   async stop(): Promise<void> {
@@ -268,7 +292,7 @@ class Runner {
         } else {
           await this.server.close();
           this.server = await this.#installation.open();
-          this.lookup = new KeyLookup(this.server);
+          this.#serve();
         }
         return;
       case "abort": {
@@ -414,14 +438,34 @@ class Runner {
     for (const { key, hash } of model.ever) {
       const expected = !options.during && model.pending !== "yes" &&
         model.keys.get(hash)?.status === "valid";
+      const label = `key of model id ${model.keys.get(hash)?.id ?? "none"}`;
       const result = await this.lookup.authenticate(key);
-      assert.equal(
-        result.ok,
-        expected,
-        `key of model id ${
-          model.keys.get(hash)?.id ?? "none"
-        } authenticated: ${result.ok}`,
-      );
+      assert.equal(result.ok, expected, `${label} authenticated: ${result.ok}`);
+      if (!result.ok && !options.during && model.pending === "no") {
+        const status = model.keys.get(hash)?.status;
+        assert.equal(
+          result.reason,
+          status === "revoked" ? "revoked" : "unknown",
+          label,
+        );
+      }
+      for (const method of ["GET", "HEAD"]) {
+        const response = await this.handler(
+          new Request(`http://localhost${CONNECTION_PATH}`, {
+            method,
+            headers: { "X-API-Key": key },
+          }),
+          serveInfo(),
+        );
+        const body = await response.text();
+        assert.equal(
+          response.status,
+          expected ? 200 : 401,
+          `${label} ${method}`,
+        );
+        // Nothing to interpret in a refusal, and nothing at all on HEAD.
+        if (!expected || method === "HEAD") assert.equal(body, "", label);
+      }
     }
     const revision = await this.server.revision();
     assert.ok(revision >= this.#revision, "the revision moved backwards");

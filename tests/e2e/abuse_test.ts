@@ -167,6 +167,7 @@ Deno.test("a key in the URL is refused with 400, never authenticated, and shows 
   assert.equal((await check(server.url, leaked.key)).status, 200);
   await server.waitForOutput(/"msg":"key_exposed_in_url"/);
   const list = await keys(dir.path, ["list"]);
+  assert.equal(list.code, 0, list.stderr);
   assert.match(
     list.stdout,
     new RegExp(

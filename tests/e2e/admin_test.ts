@@ -178,17 +178,6 @@ Deno.test("rotate revokes the key and prints its replacement with the same name 
   assert.match(body.key, /^isk_/);
 });
 
-Deno.test("revoking a revoked key says so, changes nothing and exits 0", async () => {
-  using dir = tempDir();
-  await createKey(dir.path, "berlin");
-  await keys(dir.path, ["revoke", "1"]);
-  const before = await changes(dir.path);
-  const again = await keys(dir.path, ["revoke", "1", "--reason", "again"]);
-  assert.equal(again.code, 0);
-  assert.match(again.stderr, /already revoked/);
-  assert.equal(await changes(dir.path), before);
-});
-
 Deno.test("every wrong command line prints one line, exits 2 and changes nothing", async () => {
   using dir = tempDir();
   await createKey(dir.path, "berlin");

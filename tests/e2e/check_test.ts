@@ -543,14 +543,17 @@ Deno.test("readCheckConfig builds the route URL under any path prefix", () => {
   assert.equal(config.timeoutSeconds, 10);
 });
 
+/** A connection status as the service answers it. */
+const STATUS = {
+  connected: true,
+  authenticatedByApiKey: true,
+  apiKeyId: 4,
+  email: "a@example.com",
+  serverUtc: "2026-01-01T00:00:00.000Z",
+};
+
 Deno.test("parseConnectionStatus ignores fields added later and refuses a time without Z", () => {
-  const base = {
-    connected: true,
-    authenticatedByApiKey: true,
-    apiKeyId: 4,
-    email: "a@example.com",
-    serverUtc: "2026-01-01T00:00:00.000Z",
-  };
+  const base = STATUS;
   assert.deepEqual(
     parseConnectionStatus(JSON.stringify({ ...base, region: "eu" })),
     { apiKeyId: 4, email: "a@example.com", serverUtc: base.serverUtc },
@@ -564,13 +567,7 @@ Deno.test("parseConnectionStatus ignores fields added later and refuses a time w
 });
 
 Deno.test("the check reads a connection status with the schema openapi.json publishes: it refuses exactly the bodies the contract refuses", () => {
-  const base = {
-    connected: true,
-    authenticatedByApiKey: true,
-    apiKeyId: 4,
-    email: "a@example.com",
-    serverUtc: "2026-01-01T00:00:00.000Z",
-  };
+  const base = STATUS;
   const { email: _, ...noEmail } = base;
   const cases: [Record<string, unknown>, string | null][] = [
     [base, null],
@@ -683,10 +680,7 @@ Deno.test("an expiry warning counts whole hours or days rounded up, singular for
     judgeStatus(
       answered(0.004),
       JSON.stringify({
-        connected: true,
-        authenticatedByApiKey: true,
-        apiKeyId: 3,
-        email: "ops@example.com",
+        ...STATUS,
         serverUtc,
         apiKeyExpiresAt: new Date(Date.parse(serverUtc) + ms).toISOString(),
       }),
@@ -710,13 +704,7 @@ Deno.test("the offset and round trip are reported to the microsecond, without fl
   const serverUtc = "2026-11-21T12:00:00.000Z";
   const outcome = judgeStatus(
     answered(microseconds(0.045105131000000014)),
-    JSON.stringify({
-      connected: true,
-      authenticatedByApiKey: true,
-      apiKeyId: 3,
-      email: "ops@example.com",
-      serverUtc,
-    }),
+    JSON.stringify({ ...STATUS, serverUtc }),
     {
       // A midpoint between two whole milliseconds, as performance.now() gives.
       localMidpointMs: Date.parse(serverUtc) - 12.3456789,

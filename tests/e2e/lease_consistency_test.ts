@@ -21,8 +21,8 @@
 import assert from "node:assert/strict";
 import {
   createKey,
-  freePort,
   keys,
+  rotateUntilFirstUse,
   type RunResult,
   type ServerProcess,
   startServer,
@@ -31,7 +31,8 @@ import {
 import {
   freshDatabase,
   NO_DATABASE,
-  postgresScript,
+  ownCluster,
+  signal,
 } from "../support/postgres.ts";
 import { LEASE_MS } from "../../lib/auth/lease.ts";
 
@@ -189,68 +190,6 @@ function serverPid(server: ServerProcess): number {
 function processState(pid: number): string {
   const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-}
-
-function signal(pid: number, name: Deno.Signal): void {
-  try {
-    Deno.kill(pid, name);
-  } catch {
-    // already gone
-  }
-}
-
-/**
- * A throwaway PostgreSQL cluster of this test's own, which it may stop and
- * freeze without touching the one the other tests share.
- */
-async function ownCluster(folder: string): Promise<
-  {
-    url: string;
-    stop(): Promise<void>;
-    start(): Promise<void>;
-    /** Every process of the cluster, the postmaster first. */
-    pids(): number[];
-  } & AsyncDisposable
-> {
-  // The script runs PostgreSQL as the postgres user, who must reach it.
-  await Deno.chmod(folder, 0o755);
-  const dir = `${folder}/pg`;
-  const port = freePort();
-  const url = await postgresScript(["start", dir, String(port)]);
-  const pids = () => {
-    const postmaster = Number(
-      Deno.readTextFileSync(`${dir}/data/postmaster.pid`).split("\n")[0],
-    );
-    const children: number[] = [];
-    for (const entry of Deno.readDirSync("/proc")) {
-      if (!/^\d+$/.test(entry.name)) continue;
-      try {
-        const stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
-        const ppid = Number(
-          stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1],
-        );
-        if (ppid === postmaster) children.push(Number(entry.name));
-      } catch {
-        // gone meanwhile
-      }
-    }
-    return [postmaster, ...children];
-  };
-  return {
-    url,
-    stop: async () => void await postgresScript(["stop", dir]),
-    start: async () => void await postgresScript(["start", dir, String(port)]),
-    pids,
-    async [Symbol.asyncDispose]() {
-      // Thawed first, so that a failed freeze test cannot leave it stuck.
-      try {
-        for (const pid of pids()) signal(pid, "SIGCONT");
-      } catch {
-        // not running
-      }
-      await postgresScript(["stop", dir]);
-    },
-  };
 }
 
 /**
@@ -502,6 +441,15 @@ async function underLoad(
       } ms after its commit`,
     );
   }
+  // The servers keep hashes only: no key they were sent is in their output.
+  for (const [i, server] of servers.entries()) {
+    for (const slot of slots) {
+      assert.ok(
+        !server.output().includes(slot.key),
+        `instance ${i} printed the key of ${slot.name}`,
+      );
+    }
+  }
 }
 
 // 2. A server that cannot acknowledge (frozen) holds a change up for one
@@ -655,6 +603,16 @@ function pollAll(servers: ServerProcess[], key: string) {
   );
   return {
     samples,
+    /** Resolves once every instance has answered `count` polls. */
+    answered: (count: number) =>
+      waitFor(
+        () =>
+          servers.every((_, i) =>
+            samples.filter((s) => s.server === i).length >= count
+          ),
+        20_000,
+        `${count} answers from every instance`,
+      ),
     async stop() {
       running = false;
       await Promise.all(loops);
@@ -782,7 +740,8 @@ Deno.test({
       const poll = pollAll(servers, key);
       let downAt = 0;
       try {
-        await sleep(300);
+        // Load first, waited for, not slept for.
+        await poll.answered(20);
         // pg_ctl stop -m fast: it returns once the server is gone; every
         // read a lease may rest on began before that.
         await cluster.stop();
@@ -828,7 +787,8 @@ Deno.test({
       let downAt = 0;
       let upAt = 0;
       try {
-        await sleep(300);
+        // Load first, waited for, not slept for.
+        await poll.answered(20);
         // The postmaster first, so that it forks nothing after the list.
         const [postmaster] = cluster.pids();
         signal(postmaster, "SIGSTOP");
@@ -981,25 +941,6 @@ for (const { label, postgres } of STORES) {
       }
     },
   });
-}
-
-/** `keys rotate NAME --overlap 1h --until-first-use`; the new key. */
-async function rotateUntilFirstUse(
-  cwd: string,
-  name: string,
-  env: Record<string, string>,
-): Promise<{ key: string }> {
-  const rotate = await keys(cwd, [
-    "rotate",
-    name,
-    "--overlap",
-    "1h",
-    "--until-first-use",
-    "--yes",
-    "--json",
-  ], env);
-  assert.equal(rotate.code, 0, rotate.stderr);
-  return JSON.parse(rotate.stdout) as { key: string };
 }
 
 // 5. A rotation's link, once spent, costs nothing more: the first use of the

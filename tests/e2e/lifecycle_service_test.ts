@@ -8,6 +8,8 @@ import assert from "node:assert/strict";
 import {
   createKey,
   keys,
+  rotateUntilFirstUse,
+  rotateWithOverlap,
   runTask,
   startServer,
   tempDir,
@@ -59,16 +61,11 @@ Deno.test("a key rotated with --overlap works until its deadline and is refused 
     using dir = tempDir();
     const old = await createKey(dir.path, "berlin-erp");
     await using server = await startServer(dir.path);
-    const rotate = await keys(dir.path, [
-      "rotate",
+    const rotated = await rotateWithOverlap(
+      dir.path,
       "berlin-erp",
-      "--overlap",
       `${seconds}s`,
-      "--yes",
-      "--json",
-    ]);
-    assert.equal(rotate.code, 0, rotate.stderr);
-    const rotated = JSON.parse(rotate.stdout);
+    );
     const deadline = Date.parse(rotated.replaces.expiresAt);
     const show = await keys(dir.path, ["show", String(old.id)]);
     if (Date.now() >= deadline) return TOO_SLOW;
@@ -132,17 +129,7 @@ Deno.test("with --until-first-use the old key is refused on the very next reques
   const old = await createKey(dir.path, "berlin-erp");
   await using server = await startServer(dir.path);
   assert.equal((await call(server.url, old.key)).status, 200);
-  const rotate = await keys(dir.path, [
-    "rotate",
-    "berlin-erp",
-    "--overlap",
-    "1h",
-    "--until-first-use",
-    "--yes",
-    "--json",
-  ]);
-  assert.equal(rotate.code, 0, rotate.stderr);
-  const fresh = JSON.parse(rotate.stdout);
+  const fresh = await rotateUntilFirstUse(dir.path, "berlin-erp");
   assert.equal(fresh.retires, old.id);
   assert.match(
     (await keys(dir.path, ["show", String(old.id)])).stdout,
@@ -203,6 +190,7 @@ Deno.test("a key created with --expires-in a few seconds is refused once they ar
     assert.equal(JSON.parse(ok.body).apiKeyExpiresAt, short.expiresAt);
     assert.equal(before.code, 1, before.stdout);
     assert.match(before.stdout, /^CONNECTION WARNING - key \d+ .*expires at/);
+    assert.equal(list.code, 0, list.stderr);
     assert.match(list.stderr, /Expiring within 7 days: 2/);
     await sleep(Math.max(0, expiresAt - Date.now()) + 50);
     const expired = await call(server.url, short.key);
@@ -259,17 +247,7 @@ Deno.test({
     await using a = await startServer(dir.path, env);
     await using b = await startServer(dir.path, env);
     assert.equal((await call(b.url, old.key)).status, 200);
-    const rotate = await keys(dir.path, [
-      "rotate",
-      "berlin-erp",
-      "--overlap",
-      "1h",
-      "--until-first-use",
-      "--yes",
-      "--json",
-    ], env);
-    assert.equal(rotate.code, 0, rotate.stderr);
-    const fresh = JSON.parse(rotate.stdout);
+    const fresh = await rotateUntilFirstUse(dir.path, "berlin-erp", env);
     assert.equal((await call(b.url, old.key)).status, 200);
     assert.equal((await call(a.url, fresh.key)).status, 200);
     assert.equal((await call(b.url, old.key)).status, 401);
@@ -295,16 +273,12 @@ Deno.test({
       );
       await using a = await startServer(dir.path, env);
       await using b = await startServer(dir.path, env);
-      const rotate = await keys(dir.path, [
-        "rotate",
+      const rotated = await rotateWithOverlap(
+        dir.path,
         "berlin-erp",
-        "--overlap",
         `${seconds}s`,
-        "--yes",
-        "--json",
-      ], env);
-      assert.equal(rotate.code, 0, rotate.stderr);
-      const rotated = JSON.parse(rotate.stdout);
+        { env },
+      );
       const deadline = Date.parse(rotated.replaces.expiresAt);
       const refused = new Set<string>();
       const acceptedBefore = new Set<string>();

@@ -13,6 +13,7 @@ import {
   createKey,
   keys,
   makeTlsFiles,
+  type RunResult,
   runTask,
   startServer,
   taskCommand,
@@ -175,25 +176,46 @@ Deno.test({
   },
 });
 
-Deno.test("a remote KV URL is reached with DENO_KV_ACCESS_TOKEN, by the server and by the console", async () => {
+/**
+ * A stand-in for a remote KV server at `url(scheme)`: it notes each
+ * request's Authorization header in `seen` and answers 503, not being a KV
+ * Connect server: enough to show a request got there, with its token.
+ */
+function remoteKv() {
   const seen: string[] = [];
-  const token = `token-${crypto.randomUUID()}`;
-  await using metadata = Deno.serve(
+  const server = Deno.serve(
     { hostname: "127.0.0.1", port: 0, onListen() {} },
     (request) => {
       seen.push(request.headers.get("authorization") ?? "");
-      // Not a KV Connect server: enough to show the request got here, with the token.
       return new Response("no database here", { status: 503 });
     },
   );
-  using checkout = tempDir();
-  const env = {
-    DENO_KV_PATH: `http://127.0.0.1:${metadata.addr.port}/databases/1/connect`,
-    DENO_KV_ACCESS_TOKEN: token,
+  return {
+    seen,
+    url: (scheme = "http") =>
+      `${scheme}://127.0.0.1:${server.addr.port}/databases/1/connect`,
+    [Symbol.asyncDispose]: () => server[Symbol.asyncDispose](),
   };
-  const listed = await keys(checkout.path, ["list"], env);
-  assert.equal(listed.code, 1);
+}
+
+/** keys list against a remote KV that is none: it fails, not for want of a permission. */
+async function listRemote(
+  cwd: string,
+  env: Record<string, string>,
+): Promise<RunResult> {
+  const listed = await keys(cwd, ["list"], env);
+  assert.equal(listed.code, 1, listed.stderr);
   assert.doesNotMatch(listed.stderr, /permission|NotCapable|Requires/i);
+  return listed;
+}
+
+Deno.test("a remote KV URL is reached with DENO_KV_ACCESS_TOKEN, by the server and by the console", async () => {
+  const token = `token-${crypto.randomUUID()}`;
+  await using remote = remoteKv();
+  const { seen } = remote;
+  using checkout = tempDir();
+  const env = { DENO_KV_PATH: remote.url(), DENO_KV_ACCESS_TOKEN: token };
+  await listRemote(checkout.path, env);
   assert.ok(seen.includes(`Bearer ${token}`), "the console sent the token");
   seen.length = 0;
   const server = taskCommand("start", {
@@ -401,23 +423,17 @@ Deno.test("keys import and export with an empty FILE are usage errors in one lin
 });
 
 Deno.test("a remote KV URL with an upper-case scheme is reached as a URL, not taken for a folder", async () => {
-  const seen: string[] = [];
-  await using metadata = Deno.serve(
-    { hostname: "127.0.0.1", port: 0, onListen() {} },
-    (request) => {
-      seen.push(request.headers.get("authorization") ?? "");
-      return new Response("no database here", { status: 503 });
-    },
-  );
+  await using remote = remoteKv();
   using checkout = tempDir();
   const env = {
-    DENO_KV_PATH: `HTTP://127.0.0.1:${metadata.addr.port}/databases/1/connect`,
+    DENO_KV_PATH: remote.url("HTTP"),
     DENO_KV_ACCESS_TOKEN: `token-${crypto.randomUUID()}`,
   };
-  const listed = await keys(checkout.path, ["list"], env);
-  assert.equal(listed.code, 1);
-  assert.doesNotMatch(listed.stderr, /permission|NotCapable|Requires/i);
-  assert.ok(seen.includes(`Bearer ${env.DENO_KV_ACCESS_TOKEN}`), listed.stderr);
+  const listed = await listRemote(checkout.path, env);
+  assert.ok(
+    remote.seen.includes(`Bearer ${env.DENO_KV_ACCESS_TOKEN}`),
+    listed.stderr,
+  );
   assert.deepEqual([...Deno.readDirSync(checkout.path)], []);
 });
 

@@ -10,9 +10,11 @@ import {
   createKey,
   freePort,
   keys,
+  refusedStart,
   startServer,
   tempDir,
 } from "../support/processes.ts";
+import { until } from "../support/wait.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
@@ -68,13 +70,31 @@ Deno.test("two servers sharing one port with REUSE_PORT=1 both answer, and a key
     (_, i) => client(i % 8 === 0 ? "bystander" : "target"),
   );
 
-  await new Promise((r) => setTimeout(r, 500));
-  const revoke = await keys(dir.path, ["revoke", String(target.id)]);
-  const revokedAt = performance.now();
-  assert.equal(revoke.code, 0, revoke.stderr);
-  await new Promise((r) => setTimeout(r, 500));
-  running = false;
-  await Promise.all(clients);
+  /** Whether both processes have answered the key in a request sent in `when`. */
+  const bothAnswered = (when: (sentAt: number) => boolean) =>
+    new Set(
+      samples.filter((s) => s.key === "target" && when(s.sentAt)).map((s) =>
+        s.by
+      ),
+    ).size === 2;
+  let revokedAt = Infinity;
+  try {
+    // Load on both, waited for, not slept for.
+    await until(
+      () => bothAnswered(() => true),
+      "both processes answering the key before the revoke",
+    );
+    const revoke = await keys(dir.path, ["revoke", String(target.id)]);
+    revokedAt = performance.now(); // at or after the moment it returned
+    assert.equal(revoke.code, 0, revoke.stderr);
+    await until(
+      () => bothAnswered((sentAt) => sentAt > revokedAt),
+      "both processes answering the key after the revoke",
+    );
+  } finally {
+    running = false;
+    await Promise.all(clients);
+  }
 
   const target200 = samples.filter((s) =>
     s.key === "target" && s.sentAt < revokedAt && s.status === 200
@@ -112,6 +132,10 @@ Deno.test("without REUSE_PORT a second server on a taken port stops with the add
     HOST: "127.0.0.1",
     PORT: port,
   });
-  const failed = startServer(dir.path, { HOST: "127.0.0.1", PORT: port });
-  await assert.rejects(failed, /The address is already in use/);
+  const failed = await refusedStart(dir.path, {
+    HOST: "127.0.0.1",
+    PORT: port,
+  });
+  assert.equal(failed.code, 1, failed.output);
+  assert.match(failed.output, /The address is already in use/);
 });

@@ -6,7 +6,12 @@
  */
 
 import assert from "node:assert/strict";
-import { createKey, startServer, tempDir } from "../support/processes.ts";
+import {
+  createKey,
+  refusedStart,
+  startServer,
+  tempDir,
+} from "../support/processes.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
@@ -37,8 +42,9 @@ Deno.test("on SOCKET_PATH a valid key gets 200 and the log names the client the 
     "X-Forwarded-For": "203.0.113.7",
   });
   assert.equal(response.status, 200);
-  const second = startServer(dir.path, { SOCKET_PATH: socket });
-  await assert.rejects(second, /another server is listening on/);
+  const second = await refusedStart(dir.path, { SOCKET_PATH: socket });
+  assert.equal(second.code, 1, second.output);
+  assert.match(second.output, /another server is listening on/);
   // The first still answers: its socket was not taken from it.
   assert.equal(
     (await viaSocket(socket, { "X-API-Key": key })).status,
@@ -65,9 +71,8 @@ Deno.test("a socket left by a server killed outright is replaced at the next sta
 
   const file = `${dir.path}/not-a-socket`;
   await Deno.writeTextFile(file, "keep me");
-  await assert.rejects(
-    startServer(dir.path, { SOCKET_PATH: file }),
-    /exists and is not a socket/,
-  );
+  const refused = await refusedStart(dir.path, { SOCKET_PATH: file });
+  assert.equal(refused.code, 1, refused.output);
+  assert.match(refused.output, /exists and is not a socket/);
   assert.equal(await Deno.readTextFile(file), "keep me");
 });

@@ -12,6 +12,19 @@
  * @module
  */
 
+/**
+ * `deno run` of a tool that reads files and works offline: the network
+ * denied proves that nothing is fetched. The tool and its arguments follow.
+ */
+export const OFFLINE_RUN: readonly string[] = [
+  "run",
+  "-q",
+  "--allow-read",
+  "--allow-env",
+  "--allow-sys",
+  "--deny-net",
+];
+
 /** The pinned versions, by package. */
 export const NPM_VERSIONS = {
   "@stoplight/prism-cli": "5.16.0",

@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import postgres from "postgres";
+import { freePort } from "./processes.ts";
 
 /** The server the tests create their databases on; unset means skip them. */
 export const TEST_DATABASE_URL: string | undefined =
@@ -103,4 +104,67 @@ export async function postgresScript(args: string[]): Promise<string> {
   const decoder = new TextDecoder();
   assert.equal(out.code, 0, decoder.decode(out.stderr));
   return decoder.decode(out.stdout).trim();
+}
+
+/** Sends a signal to a process that may be gone already. */
+export function signal(pid: number, name: Deno.Signal): void {
+  try {
+    Deno.kill(pid, name);
+  } catch {
+    // already gone
+  }
+}
+
+/**
+ * A throwaway PostgreSQL cluster of this test's own, which it may stop and
+ * freeze without touching the one the other tests share.
+ */
+export async function ownCluster(folder: string): Promise<
+  {
+    url: string;
+    stop(): Promise<void>;
+    start(): Promise<void>;
+    /** Every process of the cluster, the postmaster first. */
+    pids(): number[];
+  } & AsyncDisposable
+> {
+  // The script runs PostgreSQL as the postgres user, who must reach it.
+  await Deno.chmod(folder, 0o755);
+  const dir = `${folder}/pg`;
+  const port = freePort();
+  const url = await postgresScript(["start", dir, String(port)]);
+  const pids = () => {
+    const postmaster = Number(
+      Deno.readTextFileSync(`${dir}/data/postmaster.pid`).split("\n")[0],
+    );
+    const children: number[] = [];
+    for (const entry of Deno.readDirSync("/proc")) {
+      if (!/^\d+$/.test(entry.name)) continue;
+      try {
+        const stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
+        const ppid = Number(
+          stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1],
+        );
+        if (ppid === postmaster) children.push(Number(entry.name));
+      } catch {
+        // gone meanwhile
+      }
+    }
+    return [postmaster, ...children];
+  };
+  return {
+    url,
+    stop: async () => void await postgresScript(["stop", dir]),
+    start: async () => void await postgresScript(["start", dir, String(port)]),
+    pids,
+    async [Symbol.asyncDispose]() {
+      // Thawed first, so that a failed freeze test cannot leave it stuck.
+      try {
+        for (const pid of pids()) signal(pid, "SIGCONT");
+      } catch {
+        // not running
+      }
+      await postgresScript(["stop", dir]);
+    },
+  };
 }

@@ -8,7 +8,12 @@
  */
 
 import assert from "node:assert/strict";
-import { createKey, keys } from "../../scripts/task_process.ts";
+import {
+  createKey,
+  keys,
+  ServerStartError,
+  startServer,
+} from "../../scripts/task_process.ts";
 
 export {
   createKey,
@@ -16,11 +21,13 @@ export {
   type RunResult,
   runTask,
   type ServerProcess,
+  ServerStartError,
   startServer,
   taskArgs,
   taskCommand,
   tempDir,
 } from "../../scripts/task_process.ts";
+export { makeTlsFiles } from "../../scripts/tls_files.ts";
 
 /** The keys of {@linkcode sampleInstallation}, by what became of them. */
 export interface SampleInstallation {
@@ -71,77 +78,65 @@ export async function readTree(path: string): Promise<string> {
   return all;
 }
 
+/** What `keys rotate --json` prints: the new key, and the old one as it now is. */
+export interface Rotated {
+  id: number;
+  key: string;
+  /** With --until-first-use, the id of the key the first use retires. */
+  retires?: number;
+  /** The old key, whose overlap ends at `expiresAt`. */
+  replaces: { id: number; expiresAt: string };
+}
+
 /**
- * A throwaway CA (`ca.pem`) and a server certificate it signs for
- * localhost and 127.0.0.1 (`cert.pem`, `key.pem`) in `folder`, made with
- * openssl as an operator would have them.
+ * `keys rotate NAME --overlap OVERLAP [--until-first-use] --yes --json`,
+ * which must succeed.
  */
-export async function makeTlsFiles(folder: string): Promise<void> {
-  const tls = folder;
-  await Deno.writeTextFile(
-    `${tls}/leaf.ext`,
-    "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+export async function rotateWithOverlap(
+  cwd: string,
+  name: string,
+  overlap: string,
+  options: { untilFirstUse?: boolean; env?: Record<string, string> } = {},
+): Promise<Rotated> {
+  const rotate = await keys(cwd, [
+    "rotate",
+    name,
+    "--overlap",
+    overlap,
+    ...(options.untilFirstUse ? ["--until-first-use"] : []),
+    "--yes",
+    "--json",
+  ], options.env);
+  assert.equal(rotate.code, 0, rotate.stderr);
+  return JSON.parse(rotate.stdout);
+}
+
+/** An hour's overlap that the new key's first use ends. */
+export function rotateUntilFirstUse(
+  cwd: string,
+  name: string,
+  env: Record<string, string> = {},
+): Promise<Rotated> {
+  return rotateWithOverlap(cwd, name, "1h", { untilFirstUse: true, env });
+}
+
+/**
+ * A start the server must refuse: its exit code (null if it hung) and what
+ * it printed, for the operator to read. Fails if it starts after all.
+ */
+export async function refusedStart(
+  cwd: string,
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
+  const error = await startServer(cwd, env).then(
+    async (server) => {
+      await server.stop();
+      return new Error(`the server started, on ${server.url}`);
+    },
+    (error: unknown) => error,
   );
-  // A throwaway CA and a server certificate it signs, as an operator would have.
-  for (
-    const args of [
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test CA",
-        "-keyout",
-        `${tls}/ca.key`,
-        "-out",
-        `${tls}/ca.pem`,
-      ],
-      [
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        `${tls}/key.pem`,
-        "-out",
-        `${tls}/leaf.csr`,
-      ],
-      [
-        "x509",
-        "-req",
-        "-in",
-        `${tls}/leaf.csr`,
-        "-CA",
-        `${tls}/ca.pem`,
-        "-CAkey",
-        `${tls}/ca.key`,
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        `${tls}/leaf.ext`,
-        "-out",
-        `${tls}/cert.pem`,
-      ],
-    ]
-  ) {
-    const openssl = await new Deno.Command("openssl", {
-      args,
-      stdout: "null",
-      stderr: "piped",
-    }).output();
-    assert.equal(openssl.code, 0, new TextDecoder().decode(openssl.stderr));
-  }
+  assert.ok(error instanceof ServerStartError, String(error));
+  return { code: error.exitCode, output: error.output };
 }
 
 /** A TCP port on 127.0.0.1 that was free a moment ago. */

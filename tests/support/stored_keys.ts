@@ -16,12 +16,14 @@ export interface StoredKey {
 
 /**
  * A fresh key stored under `name` (e-mail `NAME@example.com` unless given),
- * revoked at once when `revoked` is set; changes are made as actor "test".
+ * lapsing at `expiresAt` when given, revoked at once when `revoked` is set;
+ * changes are made as actor "test".
  */
 export async function storeKey(
   store: KeyStore,
   name: string,
-  options: { email?: string; revoked?: boolean } = {},
+  options: { email?: string; revoked?: boolean; expiresAt?: string | null } =
+    {},
 ): Promise<StoredKey> {
   const fresh = generateApiKey();
   let record = await store.create({
@@ -29,6 +31,9 @@ export async function storeKey(
     email: options.email ?? `${name}@example.com`,
     hash: fresh.hash,
     hint: fresh.hint,
+    ...(options.expiresAt === undefined
+      ? {}
+      : { expiresAt: options.expiresAt }),
   }, { actor: "test" });
   if (options.revoked) {
     record = (await store.revoke(record.id, { actor: "test" })).record;

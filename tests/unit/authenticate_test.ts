@@ -23,7 +23,6 @@ const THRESHOLD = 3;
 async function setup(options: { lastUsed?: true } = {}) {
   const counting = await countingStore();
   const { key, record } = await counting.addKey("erp");
-  const revoked = await counting.addKey("old", { revoked: true });
   const logged: Record<string, unknown>[] = [];
   const lastUsed = options.lastUsed
     ? new LastUsedRecorder(counting.store, { flushMs: 3_600_000 })
@@ -53,7 +52,6 @@ async function setup(options: { lastUsed?: true } = {}) {
     check,
     key,
     record,
-    revokedKey: revoked.key,
     logged,
     lastUsed,
     async [Symbol.asyncDispose]() {
@@ -77,21 +75,6 @@ async function lockOut(
     assert.equal(status(await t.check("wrong", client)), 401);
   }
 }
-
-Deno.test("a valid key passes with its record; missing, malformed, invented and revoked keys get the one 401", async () => {
-  await using t = await setup();
-  const ok = await t.check(t.key);
-  assert.ok(ok.ok);
-  assert.equal(ok.key.id, t.record.id);
-  const clients = ["192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.13"];
-  const keys = [null, "hunter2", generateApiKey().key, t.revokedKey];
-  for (const [i, key] of keys.entries()) {
-    const decision = await t.check(key, clients[i]);
-    assert.ok(!decision.ok);
-    assert.equal(decision.response.status, 401, String(key));
-    assert.equal(await decision.response.text(), "");
-  }
-});
 
 Deno.test("a locked client gets 429 with Retry-After before the store is asked anything, even with a valid key", async () => {
   await using t = await setup();

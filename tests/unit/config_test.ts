@@ -208,7 +208,9 @@ Deno.test("readConfig() shares the port only with REUSE_PORT=1", () => {
   assert.equal(readConfig(env({ REUSE_PORT: "0" })).reusePort, false);
   assert.throws(
     () => readConfig(env({ REUSE_PORT: "yes" })),
-    /^ConfigError: REUSE_PORT must be a whole number from 0 to 1/,
+    (error: Error) =>
+      error instanceof ConfigError &&
+      /^REUSE_PORT must be a whole number from 0 to 1/.test(error.message),
   );
 });
 
@@ -228,7 +230,9 @@ Deno.test("readConfig() takes SOCKET_PATH as an absolute path that fits a Unix s
   ) {
     assert.throws(
       () => readConfig(env({ SOCKET_PATH: bad })),
-      /^ConfigError: SOCKET_PATH must be an absolute file path/,
+      (error: Error) =>
+        error instanceof ConfigError &&
+        /^SOCKET_PATH must be an absolute file path/.test(error.message),
       bad,
     );
   }

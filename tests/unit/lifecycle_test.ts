@@ -13,6 +13,7 @@ import { API_KEY_HEADER } from "../../lib/http/responses.ts";
 import { LockoutTracker } from "../../lib/auth/lockout.ts";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import { openKvStore } from "../../lib/store/kv.ts";
+import { storeKey } from "../support/stored_keys.ts";
 
 const SECOND = 1000;
 
@@ -56,14 +57,9 @@ Deno.test("the authenticator accepts the old and the new key of a rotation exact
         });
         const at = (s: number | null) =>
           s === null ? null : new Date(now + s * SECOND).toISOString();
-        const oldKey = generateApiKey();
-        const old = await store.create({
-          name: "site",
-          email: "ops@example.com",
-          hash: oldKey.hash,
-          hint: oldKey.hint,
+        const { key: oldKey, record: old } = await storeKey(store, "site", {
           expiresAt: at(lifetime),
-        }, { actor: "test" });
+        });
         const newKey = generateApiKey();
         const rotated = overlap !== null && overlap > 0 &&
           (lifetime === null || lifetime > 0);
@@ -88,11 +84,11 @@ Deno.test("the authenticator accepts the old and the new key of a rotation exact
         if (rotated && newUsedFirst) {
           assert.equal(await check(newKey.key), true);
           assert.equal(
-            await check(oldKey.key),
+            await check(oldKey),
             oldAlive && !untilFirstUse,
           );
         } else {
-          assert.equal(await check(oldKey.key), oldAlive);
+          assert.equal(await check(oldKey), oldAlive);
           if (rotated) assert.equal(await check(newKey.key), true);
         }
       },
@@ -108,22 +104,17 @@ Deno.test("an expired key is refused with the revoked key's reason and one store
   // takes between two lines cannot move a deadline past either of them.
   let now = Date.now();
   const auth = createAuthenticator(store, { background, now: () => now });
-  const fresh = generateApiKey();
-  const record = await store.create({
-    name: "site",
-    email: "ops@example.com",
-    hash: fresh.hash,
-    hint: fresh.hint,
+  const { key: fresh, record } = await storeKey(store, "site", {
     expiresAt: new Date(now + 300).toISOString(),
-  }, { actor: "test" });
+  });
   const context = { client: "127.0.0.1", route: "test" };
   now += 299;
-  assert.equal((await auth.check(request(fresh.key), context)).ok, true);
+  assert.equal((await auth.check(request(fresh), context)).ok, true);
   // The store writes the lapse down only once its own clock says so.
   const expiresAt = Date.parse(record.expiresAt!);
   await until(() => Date.now() > expiresAt, "the deadline on the real clock");
   now = Date.now();
-  const refused = await auth.check(request(fresh.key), context);
+  const refused = await auth.check(request(fresh), context);
   assert.equal(refused.ok, false);
   // The lapse is written down in the background: wait for that write.
   await background.settled();
