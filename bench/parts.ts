@@ -52,7 +52,7 @@ async function time(fn: () => unknown): Promise<number> {
     const until = started + ms;
     while (performance.now() < until) {
       // Promises of one batch settle together, as a turn's requests do.
-      const pending: Promise<unknown>[] = [];
+      const pending: unknown[] = [];
       for (let i = 0; i < 200; i++) {
         const r = fn();
         if (r instanceof Promise) pending.push(r);
@@ -71,13 +71,13 @@ async function time(fn: () => unknown): Promise<number> {
  * about 4 × PART_MS after a warm-up.
  */
 async function paired(
-  a: () => Promise<unknown>,
-  b: () => Promise<unknown>,
+  a: () => unknown,
+  b: () => unknown,
 ): Promise<[number, number]> {
   const spent = [0, 0];
-  const batch = async (fn: () => Promise<unknown>, slot: number) => {
+  const batch = async (fn: () => unknown, slot: number) => {
     const started = performance.now();
-    const pending: Promise<unknown>[] = [];
+    const pending: unknown[] = [];
     for (let i = 0; i < 200; i++) pending.push(fn());
     await Promise.all(pending);
     spent[slot] += performance.now() - started;

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { createHash } from "node:crypto";
+import { sha256Hex } from "./_sha256.ts";
 
 /** The fixed prefix of every key, for secret scanners. */
 export const KEY_PREFIX = "isk_";
@@ -74,10 +74,10 @@ export function looksLikeApiKey(text: string): boolean {
  * SHA-256 of the key, hex.
  *
  * A fast hash is enough: keys carry 178 random bits, so there is no dictionary
- * to slow down, and node:crypto hashes synchronously, unlike crypto.subtle.
+ * to slow down. Synchronous, unlike crypto.subtle (./_sha256.ts says why).
  */
 export function hashApiKey(key: string): string {
-  return createHash("sha256").update(key).digest("hex");
+  return sha256Hex(key);
 }
 
 /** `isk_…` and the key's last four characters: enough to recognise, useless to guess. */

@@ -33,6 +33,12 @@ export type AuthResult =
   | { ok: false; reason: Exclude<AuthFailure, "expired"> }
   | { ok: false; reason: "expired"; record: KeyRecord };
 
+// Shared, as they carry nothing of the request.
+const MISSING: AuthResult = Object.freeze({ ok: false, reason: "missing" });
+const MALFORMED: AuthResult = Object.freeze({ ok: false, reason: "malformed" });
+const UNKNOWN: AuthResult = Object.freeze({ ok: false, reason: "unknown" });
+const REVOKED: AuthResult = Object.freeze({ ok: false, reason: "revoked" });
+
 interface Cached {
   record: KeyRecord;
   /** The record's expiresAt, parsed once: the request-time check is one comparison. */
@@ -106,26 +112,49 @@ export class KeyLookup {
   }
 
   /**
-   * Authenticates the value of the `X-API-Key` header. Throws
-   * StoreUnavailableError when the store cannot be read, so that an outage
-   * is never mistaken for a bad key.
+   * Authenticates the value of the `X-API-Key` header. Throws (or rejects
+   * with) StoreUnavailableError when the store cannot be read, so that an
+   * outage is never mistaken for a bad key.
+   *
+   * Answers without a promise in the steady state (the lease held, the
+   * index current, the record cached): a promise per request was a
+   * microtask and garbage on every request the server answers.
    */
-  async authenticate(header: string | null): Promise<AuthResult> {
-    if (header === null || header === "") {
-      return { ok: false, reason: "missing" };
-    }
+  authenticate(header: string | null): AuthResult | Promise<AuthResult> {
+    if (header === null || header === "") return MISSING;
     // A repeated header arrives folded as "a, b" and fails here too.
-    if (!isWellFormedApiKey(header)) return { ok: false, reason: "malformed" };
+    if (!isWellFormedApiKey(header)) return MALFORMED;
     const hash = hashApiKey(header);
-    if (!this.#lease.held) await this.#lease.catchUp();
+    if (!this.#lease.held) return this.#authenticateLate(hash);
     // An invented key stops here, at the cost of a hash and a Set lookup.
-    let known = this.#index.mayExist(hash, this.#lease.applied);
-    if (typeof known !== "boolean") known = await known;
-    if (!known) return { ok: false, reason: "unknown" };
-    const found = this.#cache.get(hash) ?? await this.#read(hash);
-    if (found === null) return { ok: false, reason: "unknown" };
+    const known = this.#index.mayExist(hash, this.#lease.applied);
+    if (known === false) return UNKNOWN;
+    if (known !== true) return this.#authenticateLate(hash, known);
+    const found = this.#cache.get(hash);
+    return found === undefined
+      ? this.#read(hash).then((read) => this.#judge(read))
+      : this.#judge(found);
+  }
+
+  /** The same steps once the lease or the index had to catch up first. */
+  async #authenticateLate(
+    hash: string,
+    known?: Promise<boolean>,
+  ): Promise<AuthResult> {
+    if (known === undefined) {
+      await this.#lease.catchUp();
+      known = Promise.resolve(
+        this.#index.mayExist(hash, this.#lease.applied),
+      );
+    }
+    if (!await known) return UNKNOWN;
+    return this.#judge(this.#cache.get(hash) ?? await this.#read(hash));
+  }
+
+  #judge(found: Cached | null): AuthResult {
+    if (found === null) return UNKNOWN;
     const { record, expires } = found;
-    if (record.status !== "valid") return { ok: false, reason: "revoked" };
+    if (record.status !== "valid") return REVOKED;
     // The deadline is checked now, on every request, so no job has to run
     // for a key to stop working on time.
     if (hasExpired(expires, this.#now())) {

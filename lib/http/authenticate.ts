@@ -24,7 +24,11 @@
  */
 
 import { lockoutKey } from "../net/client_address.ts";
-import { type AuthFailure, KeyLookup } from "../auth/key_lookup.ts";
+import {
+  type AuthFailure,
+  type AuthResult,
+  KeyLookup,
+} from "../auth/key_lookup.ts";
 import type { LastUsedRecorder } from "../usage/last_used.ts";
 import type { Lease } from "../auth/lease.ts";
 import {
@@ -90,7 +94,7 @@ export interface Authenticator {
   check(
     request: Request,
     context: { client: string; route: string },
-  ): Promise<AuthDecision>;
+  ): AuthDecision | Promise<AuthDecision>;
   /**
    * Refuses a request with a credential in its URL: 429 when the client is
    * locked out, else 400, counted as a failure toward the lock-out. Each
@@ -132,82 +136,16 @@ export function createAuthenticator(
   };
 
   return {
-    async check(request, { client, route }) {
-      const counted = lockoutKey(client);
-      if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
-      const result = await lookup.authenticate(
-        request.headers.get(API_KEY_HEADER),
-      );
-      const record = result.ok ? result.record : null;
-      let failed: AuthFailure | "address" | null = result.ok
-        ? null
-        : result.reason;
-      if (!result.ok && result.reason === "expired") {
-        retirements.lapsed(result.record);
+    check(request, context) {
+      const counted = lockoutKey(context.client);
+      if (lockout.retryAfter(counted) > 0) {
+        return refuseLocked(counted, context.route);
       }
-      // Refused before a first use can retire anything: a key used from
-      // outside its ranges has not been used.
-      if (record !== null && !allowedFrom(record, client)) {
-        usage?.refused(record.id, client, now());
-        log?.({ msg: "key_refused_from_address", apiKeyId: record.id, client });
-        failed = "address";
-      }
-      if (record === null || failed !== null) {
-        const lock = lockout.fail(counted);
-        noteLock(lock, client);
-        if (!lock && lockout.retryAfter(counted) > 0) {
-          // Requests of one burst all pass the first check before the first
-          // of them fails; those that fail after the lock get 429, so a
-          // burst sees no more 401s than the threshold.
-          return refuseLocked(counted, route);
-        }
-        // Counted as answered: one outcome per request, 401 or 429.
-        countOutcome(
-          failed === "revoked" || failed === "expired"
-            ? "revoked"
-            : failed === "address"
-            ? "address_refused"
-            : "invalid",
-          route,
-        );
-        // The caller learns nothing: the very 401 of an invalid key.
-        return { ok: false, response: unauthorized() };
-      }
-      if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
-      let headers: [string, string][] | undefined;
-      const limit = record.rateLimit;
-      if (limit !== null) {
-        // After every check of the key, so that only a valid key's request
-        // is counted, and a refusal here is never a failed authentication.
-        const decision = limiter.take(record.id, limit, {
-          share: peers === undefined
-            ? limit.count
-            : peers.share(limit, record.id),
-          scale: peers?.count ?? 1,
-        });
-        headers = rateLimitHeaders(limit, decision);
-        if (!decision.ok) {
-          countOutcome("rate_limited", route);
-          return {
-            ok: false,
-            response: rateLimited(decision.retryAfterSeconds, headers),
-          };
-        }
-      }
-      // Before the success is answered, so that the old key is refused on
-      // every instance from the next request on.
-      if (record.retires !== null) {
-        await retirements.firstUse(record);
-        // The cached record still holds the spent link; kept, it would make
-        // every later request of the key try the retirement again.
-        lookup.forget(record.id);
-      }
-      lockout.succeeded(counted);
-      countOutcome("ok", route);
-      const at = now();
-      lastUsed?.used(record.id, at);
-      usage?.used(record.id, counted, at);
-      return { ok: true, key: record, headers };
+      const result = lookup.authenticate(request.headers.get(API_KEY_HEADER));
+      // Without a promise in the steady state: see KeyLookup.authenticate.
+      return result instanceof Promise
+        ? result.then((found) => decide(found, context, counted))
+        : decide(result, context, counted);
     },
 
     refuseKeyInUrl(candidates, { client, route }) {
@@ -227,6 +165,94 @@ export function createAuthenticator(
       return keyInUrl();
     },
   };
+
+  /** Steps 3 to 6, once the key is looked up. */
+  function decide(
+    result: AuthResult,
+    { client, route }: { client: string; route: string },
+    counted: string,
+  ): AuthDecision | Promise<AuthDecision> {
+    const record = result.ok ? result.record : null;
+    let failed: AuthFailure | "address" | null = result.ok
+      ? null
+      : result.reason;
+    if (!result.ok && result.reason === "expired") {
+      retirements.lapsed(result.record);
+    }
+    // Refused before a first use can retire anything: a key used from
+    // outside its ranges has not been used.
+    if (record !== null && !allowedFrom(record, client)) {
+      usage?.refused(record.id, client, now());
+      log?.({ msg: "key_refused_from_address", apiKeyId: record.id, client });
+      failed = "address";
+    }
+    if (record === null || failed !== null) {
+      const lock = lockout.fail(counted);
+      noteLock(lock, client);
+      if (!lock && lockout.retryAfter(counted) > 0) {
+        // Requests of one burst all pass the first check before the first
+        // of them fails; those that fail after the lock get 429, so a
+        // burst sees no more 401s than the threshold.
+        return refuseLocked(counted, route);
+      }
+      // Counted as answered: one outcome per request, 401 or 429.
+      countOutcome(
+        failed === "revoked" || failed === "expired"
+          ? "revoked"
+          : failed === "address"
+          ? "address_refused"
+          : "invalid",
+        route,
+      );
+      // The caller learns nothing: the very 401 of an invalid key.
+      return { ok: false, response: unauthorized() };
+    }
+    if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
+    let headers: [string, string][] | undefined;
+    const limit = record.rateLimit;
+    if (limit !== null) {
+      // After every check of the key, so that only a valid key's request
+      // is counted, and a refusal here is never a failed authentication.
+      const decision = limiter.take(record.id, limit, {
+        share: peers === undefined
+          ? limit.count
+          : peers.share(limit, record.id),
+        scale: peers?.count ?? 1,
+      });
+      headers = rateLimitHeaders(limit, decision);
+      if (!decision.ok) {
+        countOutcome("rate_limited", route);
+        return {
+          ok: false,
+          response: rateLimited(decision.retryAfterSeconds, headers),
+        };
+      }
+    }
+    // Before the success is answered, so that the old key is refused on
+    // every instance from the next request on.
+    if (record.retires !== null) {
+      return retirements.firstUse(record).then(() => {
+        // The cached record still holds the spent link; kept, it would
+        // make every later request of the key try the retirement again.
+        lookup.forget(record.id);
+        return succeed(record, { counted, route }, headers);
+      });
+    }
+    return succeed(record, { counted, route }, headers);
+  }
+
+  function succeed(
+    record: KeyRecord,
+    { counted, route }: { counted: string; route: string },
+    headers: [string, string][] | undefined,
+  ): AuthDecision {
+    lockout.succeeded(counted);
+    countOutcome("ok", route);
+    const at = now();
+    lastUsed?.used(record.id, at);
+    usage?.used(record.id, counted, at);
+    return { ok: true, key: record, headers };
+  }
 
   async function noteExposure(
     candidates: string[],

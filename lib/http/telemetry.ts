@@ -16,12 +16,12 @@
  * the service refuses and marks exposed, reaches the collector on that span.
  * docs/operators.md gives the collector rule that strips both attributes.
  *
- * Without OTEL_DENO, the API's no-op providers make all of this nearly free.
+ * Without OTEL_DENO, Deno's no-op providers make all of this nearly free.
  *
  * @module
  */
 
-import { metrics, trace } from "@opentelemetry/api";
+import { activeSpan, counter } from "../util/otel.ts";
 
 /** The outcomes counted, one per answer of an authenticated route or a URL refused. */
 export type AuthOutcome =
@@ -35,7 +35,7 @@ export type AuthOutcome =
   /** A valid key past its rate limit: 429, not counted toward the lock-out. */
   | "rate_limited";
 
-const outcomes = metrics.getMeter("integration-service").createCounter(
+const outcomes = counter(
   "integration.auth.outcomes",
   {
     description:
@@ -52,7 +52,7 @@ export function countOutcome(outcome: AuthOutcome, route: string): void {
 export function annotateRequest(
   fields: { route?: string; apiKeyId?: number },
 ): void {
-  const span = trace.getActiveSpan();
+  const span = activeSpan();
   if (span === undefined) return;
   if (fields.route !== undefined) span.setAttribute("http.route", fields.route);
   if (fields.apiKeyId !== undefined) {

@@ -10,11 +10,11 @@
  * @module
  */
 
-import { metrics } from "@opentelemetry/api";
+import { counter } from "../util/otel.ts";
 import type { KeyService } from "./keys.ts";
 import type { KeyStore } from "./types.ts";
 
-const calls = metrics.getMeter("integration-service").createCounter(
+const calls = counter(
   "integration.store.calls",
   { description: "Calls made to the key store, by method" },
 );

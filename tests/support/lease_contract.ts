@@ -628,10 +628,12 @@ export function leaseContract(label: string, openShared: OpenShared): void {
       await raw.setAllowFrom(record.id, ["127.0.0.0/8"], { actor: ACTOR });
       await using reader = await server(shared);
       let answered = false;
-      const answer = reader.lookup.authenticate(old.key).then((result) => {
-        answered = true;
-        return result;
-      });
+      const answer = Promise.resolve(reader.lookup.authenticate(old.key)).then(
+        (result) => {
+          answered = true;
+          return result;
+        },
+      );
       // The reader has read the record and now waits on the registrations.
       await until("the reader waits", () => reader.count("instances") > 0);
       const owed = (await raw.instances()).find((i) => i.id === "slow")!;

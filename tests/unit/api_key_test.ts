@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import {
   generateApiKey,
   hashApiKey,
@@ -82,4 +83,30 @@ Deno.test("the checksum is zlib's CRC-32, as every key issued so far carries it"
     const payload = key.slice(0, 34);
     assert.equal(key.slice(34), base62(crc32(payload)));
   }
+});
+
+Deno.test("hashApiKey is SHA-256 of the text's UTF-8, as crypto.subtle computes it, for keys and any other text", async () => {
+  const subtleHex = async (text: string) =>
+    Array.from(
+      new Uint8Array(
+        await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)),
+      ),
+      (byte) => byte.toString(16).padStart(2, "0"),
+    ).join("");
+  await fc.assert(
+    fc.asyncProperty(
+      fc.oneof(
+        // A key's shape (not a real key: a failure prints its input).
+        fc.stringMatching(/^isk_[0-9A-Za-z]{36}$/),
+        fc.string({ unit: "grapheme", maxLength: 200 }),
+        fc.string({ unit: "binary", maxLength: 70 }),
+        // Around the one-block boundary (55 bytes) and the two-block one.
+        fc.integer({ min: 50, max: 130 }).map((n) => "a".repeat(n)),
+      ),
+      async (text) => {
+        assert.equal(hashApiKey(text), await subtleHex(text));
+      },
+    ),
+    { numRuns: 500 },
+  );
 });

@@ -149,7 +149,10 @@ Deno.test("a store that cannot be read throws StoreUnavailableError and counts n
   await using t = await setup();
   t.counting.failing = true;
   for (let i = 0; i < THRESHOLD + 2; i++) {
-    await assert.rejects(t.check(t.key), StoreUnavailableError);
+    await assert.rejects(
+      async () => await t.check(t.key),
+      StoreUnavailableError,
+    );
   }
   t.counting.failing = false;
   assert.equal(status(await t.check(t.key)), 200, "the client is not locked");
