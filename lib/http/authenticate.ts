@@ -235,6 +235,10 @@ export function createAuthenticator(
         // The cached record still holds the spent link; kept, it would
         // make every later request of the key try the retirement again.
         lookup.forget(record.id);
+        // Other requests of the client may have locked it meanwhile.
+        if (lockout.retryAfter(counted) > 0) {
+          return refuseLocked(counted, route);
+        }
         return succeed(record, { counted, route }, headers);
       });
     }

@@ -143,10 +143,10 @@ export class JsonLog {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#count === 0) return;
-    const bytes = this.#batch.subarray(0, this.#used);
+    // A copy of the used bytes only: a view would keep the whole batch
+    // alive per queued write, past what `maxQueuedBytes` counts.
+    const bytes = this.#batch.slice(0, this.#used);
     const count = this.#count;
-    // The writer keeps the batch it was handed until written: a new one.
-    this.#batch = new Uint8Array(BATCH_BYTES);
     this.#used = 0;
     this.#count = 0;
     this.#hand(bytes, count);

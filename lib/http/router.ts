@@ -225,11 +225,31 @@ export function createRouter(
     }
     return answer instanceof Promise
       ? answer.then(
-        (response) => finish(response, request, done),
+        (response) => finishOr500(response, request, done),
         (error) => finish(failed(error, path), request, done),
       )
-      : finish(answer, request, done);
+      : finishOr500(answer, request, done);
   };
+
+  /**
+   * {@linkcode finish}, or a logged 500 when the route's answer cannot be
+   * finished (headers that cannot be set, a body that fails while a HEAD
+   * measures it): never Deno's bare 500 without a log line.
+   */
+  function finishOr500(
+    response: Response,
+    request: Request,
+    done: { path: string; client: string; started: number; seen: Seen },
+  ): Response | Promise<Response> {
+    const fallback = (error: unknown) =>
+      finish(failed(error, done.path), request, done);
+    try {
+      const finished = finish(response, request, done);
+      return finished instanceof Promise ? finished.catch(fallback) : finished;
+    } catch (error) {
+      return fallback(error);
+    }
+  }
 }
 
 /** The route's answer with the key's fields set on it: no copy of the response. */

@@ -130,3 +130,34 @@ Deno.test("a stalled reader costs dropped lines, counted and reported once it re
   assert.equal(report?.count, dropped);
   assert.equal(lines.at(-1)?.msg, "after");
 });
+
+Deno.test("a stalled reader holds no more memory than the bound, however many small batches wait", async () => {
+  // Each write's bytes as handed over: what the log keeps alive for it.
+  const held: Uint8Array[] = [];
+  let release!: () => void;
+  const stalled = new Promise<void>((resolve) => (release = resolve));
+  const out = {
+    async write(bytes: Uint8Array): Promise<number> {
+      held.push(bytes);
+      await stalled;
+      return bytes.length;
+    },
+  };
+  const bound = 64 * 1024;
+  const log = new JsonLog({ out, delayMs: 60_000, maxQueuedBytes: bound });
+  // One line per flush, as a quiet server's 20 ms timer makes them.
+  for (let i = 0; i < 2_000; i++) {
+    log.write({ msg: "line", i });
+    log.flush();
+  }
+  // Only the first write has started; the others wait in the chain, so
+  // count what every queued write will hand over, by its backing memory.
+  release();
+  await log.settled();
+  const kept = held.reduce((sum, bytes) => sum + bytes.buffer.byteLength, 0);
+  assert.ok(log.dropped > 0, "lines past the bound are dropped");
+  assert.ok(
+    kept <= bound + 1024,
+    `queued writes kept ${kept} bytes alive, over the ${bound} bound`,
+  );
+});

@@ -7,7 +7,10 @@
 
 import assert from "node:assert/strict";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
-import type { Authenticator } from "../../lib/http/authenticate.ts";
+import type {
+  AuthDecision,
+  Authenticator,
+} from "../../lib/http/authenticate.ts";
 import { json, unauthorized } from "../../lib/http/responses.ts";
 import { createRouter, type Route } from "../../lib/http/router.ts";
 import type { RequestLogLine } from "../../lib/http/log.ts";
@@ -27,17 +30,23 @@ const outage = () =>
   new StoreUnavailableError("store_unavailable", "the database is down");
 
 /** The router over a few routes, with an API-key step that knows one key. */
-function setup(options: { checkThrows?: () => Error } = {}) {
+function setup(
+  options: { checkThrows?: () => Error; answerAtOnce?: boolean } = {},
+) {
   const seen = { checks: 0, refusals: [] as string[][], handled: 0 };
   const authenticator: Authenticator = {
     check(request) {
       seen.checks++;
-      if (options.checkThrows) return Promise.reject(options.checkThrows());
-      return Promise.resolve(
+      if (options.checkThrows) {
+        if (options.answerAtOnce) throw options.checkThrows();
+        return Promise.reject(options.checkThrows());
+      }
+      const decision: AuthDecision =
         request.headers.get("x-api-key") === KEY.key
           ? { ok: true, key: RECORD }
-          : { ok: false, response: unauthorized() },
-      );
+          : { ok: false, response: unauthorized() };
+      // The real step answers at once from memory, later after a read.
+      return options.answerAtOnce ? decision : Promise.resolve(decision);
     },
     refuseKeyInUrl(candidates) {
       seen.refusals.push(candidates);
@@ -68,6 +77,26 @@ function setup(options: { checkThrows?: () => Error } = {}) {
         GET: () => {
           throw outage();
         },
+      },
+    },
+    {
+      path: "/immutable",
+      auth: "none",
+      // Its headers cannot take the request id.
+      methods: { GET: () => Response.redirect("http://localhost/public") },
+    },
+    {
+      path: "/failing-body",
+      auth: "none",
+      methods: {
+        GET: () =>
+          new Response(
+            new ReadableStream({
+              pull(controller) {
+                controller.error(new RangeError("the body broke"));
+              },
+            }),
+          ),
       },
     },
     {
@@ -253,3 +282,50 @@ Deno.test("no log line holds a key: not from the header, the path, the query or 
 function escapeTwice(key: string): string {
   return key.replace("_", "%255F");
 }
+
+Deno.test("an answer the router cannot finish gets its logged 500 with a request id, never the runtime's bare 500", async () => {
+  const t = setup();
+  for (
+    const [path, method] of [
+      ["/immutable", "GET"],
+      ["/immutable", "HEAD"],
+      ["/failing-body", "HEAD"],
+    ]
+  ) {
+    const response = await t.call(path, { method });
+    assert.equal(response.status, 500, `${method} ${path}`);
+    assert.ok(response.headers.get("x-request-id"), `${method} ${path}`);
+    await response.body?.cancel();
+  }
+  assert.deepEqual(t.lines.map((line) => line.status), [500, 500, 500]);
+  assert.deepEqual(t.logged.map((line) => line.error), [
+    "TypeError",
+    "TypeError",
+    "RangeError",
+  ]);
+});
+
+Deno.test("a key step that answers at once and one that answers later lead to the same answers, errors included", async () => {
+  const answers = async (answerAtOnce: boolean) => {
+    const out: unknown[] = [];
+    const t = setup({ answerAtOnce });
+    for (const key of [KEY.key, "wrong", undefined]) {
+      for (const method of ["GET", "HEAD"]) {
+        const response = await t.call("/private", { method, key });
+        out.push([
+          method,
+          key === KEY.key,
+          response.status,
+          await response.text(),
+        ]);
+      }
+    }
+    const down = setup({ answerAtOnce, checkThrows: outage });
+    const refused = await down.call("/private", { key: KEY.key });
+    out.push(refused.status, refused.headers.get("retry-after"));
+    await refused.body?.cancel();
+    out.push(t.lines.map((line) => [line.status, line.apiKeyId ?? null]));
+    return out;
+  };
+  assert.deepEqual(await answers(true), await answers(false));
+});
