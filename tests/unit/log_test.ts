@@ -81,7 +81,7 @@ Deno.test("the log writes every line whole and in order, whatever its length or 
 Deno.test("request lines carry the fields given, a client's text escaped", async () => {
   const out = new Collector();
   const log = new JsonLog({ out, delayMs: 60_000 });
-  log.request({
+  const given = {
     requestId: "ab-1",
     method: "GET",
     path: '/x"\n\u2028',
@@ -89,22 +89,14 @@ Deno.test("request lines carry the fields given, a client's text escaped", async
     durationMs: 0.25,
     client: "198.51.100.7",
     apiKeyId: 3,
-  });
+  };
+  log.request(given);
   log.flush();
   await log.settled();
   const [line] = out.lines();
   assert.equal(typeof line.time, "string");
   const { time: _, ...fields } = line;
-  assert.deepEqual(fields, {
-    msg: "request",
-    requestId: "ab-1",
-    method: "GET",
-    path: '/x"\n\u2028',
-    status: 200,
-    durationMs: 0.25,
-    client: "198.51.100.7",
-    apiKeyId: 3,
-  });
+  assert.deepEqual(fields, { msg: "request", ...given });
 });
 
 Deno.test("a stalled reader costs dropped lines, counted and reported once it reads again, never unbounded memory", async () => {
