@@ -10,6 +10,14 @@
  * @module
  */
 
+/**
+ * ISO 8601 in UTC with milliseconds, as `Date.prototype.toISOString` writes
+ * it: the `pattern` of every time this API sends, so that each route writes
+ * times the same way.
+ */
+export const UTC_MILLISECONDS =
+  "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$";
+
 /** A JSON Schema (2020-12, OpenAPI 3.1's dialect), limited to what this API needs. */
 export type Schema =
   | ObjectSchema

@@ -7,14 +7,14 @@
 
 import type { DocumentedRoute } from "../http/contract.ts";
 import { json } from "../http/responses.ts";
-import type { FromSchema, ObjectSchema } from "../http/schema.ts";
+import {
+  type FromSchema,
+  type ObjectSchema,
+  UTC_MILLISECONDS,
+} from "../http/schema.ts";
 
 /** The route's path. */
 export const CONNECTION_PATH = "/api/v1/integration/connection";
-
-// ISO 8601 in UTC with milliseconds, as Date.prototype.toISOString writes it.
-const UTC_MILLISECONDS =
-  "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$";
 
 /**
  * The body of a successful connection check (spec section 2.1), written

@@ -2,7 +2,8 @@
  * The documents against the code, where they drift most easily: the
  * operators' table of environment variables against what `lib/server/config.ts`
  * reads and what the tasks may read, `docs/console.md` against the console's
- * command table, and every relative link in README.md and docs/ against the
+ * command table, integrators.md's list of routes against the route table,
+ * and every relative link in README.md and docs/ against the
  * files and headings it points to.
  */
 
@@ -16,6 +17,7 @@ import { COMMANDS } from "../../lib/console/commands.ts";
 import { commandHelp, mainHelp } from "../../lib/console/_help.ts";
 import { parse } from "../../lib/console/_parse.ts";
 import { consoleGrants, serverGrants } from "../../lib/server/permissions.ts";
+import { ROUTES } from "../support/route_table.ts";
 
 const ROOT = new URL("../../", import.meta.url);
 
@@ -412,4 +414,17 @@ Deno.test("every npx command in the README and the docs puts -- before deno, so 
     }
   }
   assert.ok(found >= 3, `found only ${found}`);
+});
+
+Deno.test("integrators.md's API at a glance lists exactly the route table's routes, each with its authentication", () => {
+  const section = read("docs/integrators.md").split("## The API at a glance")[1]
+    .split("\n## ")[0];
+  const rows = [...section.matchAll(/^\| `GET (\/[^`]*)` +\| ([^|]+?) +\|/gm)]
+    .map(([, path, auth]) => [path, auth === "none" ? "none" : "api_key"]);
+  const table = ROUTES.map((route) => [route.path, route.auth]);
+  assert.deepEqual(
+    rows.toSorted(([a], [b]) => a.localeCompare(b)),
+    table.toSorted(([a], [b]) => a.localeCompare(b)),
+    "add or remove the route's row in docs/integrators.md",
+  );
 });
