@@ -141,13 +141,10 @@ export class KeyLookup {
     hash: string,
     known?: Promise<boolean>,
   ): Promise<AuthResult> {
-    if (known === undefined) {
-      await this.#lease.catchUp();
-      known = Promise.resolve(
-        this.#index.mayExist(hash, this.#lease.applied),
-      );
-    }
-    if (!await known) return UNKNOWN;
+    if (known === undefined) await this.#lease.catchUp();
+    const exists = await (known ??
+      this.#index.mayExist(hash, this.#lease.applied));
+    if (!exists) return UNKNOWN;
     return this.#judge(this.#cache.get(hash) ?? await this.#read(hash));
   }
 

@@ -73,10 +73,20 @@ export function rateLimited(
   retryAfterSeconds: number,
   headers: readonly [string, string][],
 ): Response {
-  const response = json(429, RATE_LIMITED_BODY, {
-    "retry-after": String(retryAfterSeconds),
-  });
-  for (const [name, value] of headers) response.headers.set(name, value);
+  return withFields(
+    json(429, RATE_LIMITED_BODY, {
+      "retry-after": String(retryAfterSeconds),
+    }),
+    headers,
+  );
+}
+
+/** `response` with `fields` set on it: no copy of the response. */
+export function withFields(
+  response: Response,
+  fields: readonly [string, string][],
+): Response {
+  for (const [name, value] of fields) response.headers.set(name, value);
   return response;
 }
 

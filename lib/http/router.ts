@@ -32,6 +32,7 @@ import {
   notFound,
   options as optionsResponse,
   storeUnavailable,
+  withFields,
 } from "./responses.ts";
 import {
   keysInUrl,
@@ -90,6 +91,15 @@ interface Seen {
   apiKeyId?: number;
 }
 
+/** A request being answered, as its log line will describe it. */
+interface Pending {
+  request: Request;
+  path: string;
+  client: string;
+  started: number;
+  seen: Seen;
+}
+
 interface Entry {
   route: Route;
   allow: string;
@@ -118,7 +128,7 @@ export function createRouter(
   function dispatch(
     request: Request,
     target: { authority: string; path: string; query: string; client: string },
-    seen: { route?: string; apiKeyId?: number },
+    seen: Seen,
   ): Response | Promise<Response> {
     const { authority, path, query, client } = target;
     const entry = table.get(path);
@@ -182,15 +192,14 @@ export function createRouter(
   /** The log line, the request id and the span's attributes of an answer. */
   function finish(
     response: Response,
-    request: Request,
-    done: { path: string; client: string; started: number; seen: Seen },
+    pending: Pending,
   ): Response | Promise<Response> {
+    const { request, path, client, started, seen } = pending;
     // Every answer, refusals and errors included: over HTTP/2 a body on a
     // HEAD is a protocol error that fails the client's whole request.
     if (request.method === "HEAD" && response.body !== null) {
-      return withoutBody(response).then((bare) => finish(bare, request, done));
+      return withoutBody(response).then((bare) => finish(bare, pending));
     }
-    const { path, client, started, seen } = done;
     annotateRequest(seen);
     if (logRequest) {
       const line: RequestLogLine = {
@@ -216,7 +225,7 @@ export function createRouter(
     const { authority, path, query } = splitTarget(request.url);
     const client = clientAddress(request, info, proxies);
     const seen: Seen = {};
-    const done = { path, client, started, seen };
+    const pending = { request, path, client, started, seen };
     let answer: Response | Promise<Response>;
     try {
       answer = dispatch(request, { authority, path, query, client }, seen);
@@ -225,10 +234,10 @@ export function createRouter(
     }
     return answer instanceof Promise
       ? answer.then(
-        (response) => finishOr500(response, request, done),
-        (error) => finish(failed(error, path), request, done),
+        (response) => finishOr500(response, pending),
+        (error) => finishOr500(failed(error, path), pending),
       )
-      : finishOr500(answer, request, done);
+      : finishOr500(answer, pending);
   };
 
   /**
@@ -238,27 +247,17 @@ export function createRouter(
    */
   function finishOr500(
     response: Response,
-    request: Request,
-    done: { path: string; client: string; started: number; seen: Seen },
+    pending: Pending,
   ): Response | Promise<Response> {
     const fallback = (error: unknown) =>
-      finish(failed(error, done.path), request, done);
+      finish(failed(error, pending.path), pending);
     try {
-      const finished = finish(response, request, done);
+      const finished = finish(response, pending);
       return finished instanceof Promise ? finished.catch(fallback) : finished;
     } catch (error) {
       return fallback(error);
     }
   }
-}
-
-/** The route's answer with the key's fields set on it: no copy of the response. */
-function withFields(
-  response: Response,
-  headers: [string, string][],
-): Response {
-  for (const [name, value] of headers) response.headers.set(name, value);
-  return response;
 }
 
 /**
