@@ -53,6 +53,27 @@ export function isWellFormedApiKey(value: string): boolean {
 
 const PREFIXED = /isk_[0-9A-Za-z]{8}/i;
 const BODY_RUN = /[0-9A-Za-z]{36,}/g;
+/**
+ * A run of exactly a key's body length, between characters a key has not,
+ * and not after the prefix (that is a whole key, which KEY_PATTERN finds).
+ */
+const BARE_BODY = /(?<![0-9A-Za-z])(?<!isk_)[0-9A-Za-z]{36}(?![0-9A-Za-z])/g;
+
+/**
+ * The keys in `text` written without their prefix: each run of exactly 36
+ * key characters that, prefixed, is a well-formed key (the checksum is
+ * public, so the body alone is the key), given back whole. One checksum per
+ * run, so a long hostile text costs linear time; a body glued to other
+ * letters or digits is for {@linkcode looksLikeApiKey}, not this.
+ */
+export function unprefixedKeysIn(text: string): string[] {
+  const keys: string[] = [];
+  for (const [body] of text.matchAll(BARE_BODY)) {
+    const key = KEY_PREFIX + body;
+    if (isWellFormedApiKey(key)) keys.push(key);
+  }
+  return keys;
+}
 
 /**
  * True when the text holds what may be a key or most of one: the prefix

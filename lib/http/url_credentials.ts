@@ -1,13 +1,13 @@
 /**
- * Credentials in URLs: a key in the path or the query, in any spelling, or
- * a query parameter named like a credential. Such a URL is refused on every
+ * Credentials in URLs: a key in the path or the query, in any spelling and
+ * with or without its prefix, or a query parameter named like a credential. Such a URL is refused on every
  * route, and nothing that logs a path may show the key.
  *
  * @module
  */
 
 import { decodeAsciiEscapes, stillEscaped } from "../util/ascii_escapes.ts";
-import { KEY_PATTERN } from "../auth/api_key.ts";
+import { KEY_PATTERN, unprefixedKeysIn } from "../auth/api_key.ts";
 
 /** Query parameter names that mean "a credential", compared without case, `-` or `_`. */
 const CREDENTIAL_NAMES = new Set([
@@ -32,7 +32,8 @@ export function keysInUrl(
   options: { most: number },
 ): string[] {
   const text = `${urlText(path)} ${urlText(query)}`;
-  return (text.match(KEY_ANYWHERE) ?? []).slice(0, options.most);
+  return [...text.match(KEY_ANYWHERE) ?? [], ...unprefixedKeysIn(text)]
+    .slice(0, options.most);
 }
 
 /**
@@ -70,12 +71,24 @@ export function loggablePath(
   return fragment ? "[redacted: a long token in the path]" : path;
 }
 
+/** A run as long as a key's body: what a key without its prefix takes. */
+const BODY_LENGTH_RUN = /[0-9A-Za-z]{36}/;
+
 function pathCarriesKey(path: string): boolean {
-  // Only a path with "isk_" or an escape can hold a key; most are routes.
-  if (!path.includes("isk_") && !path.includes("%")) return false;
-  const text = urlText(path);
+  // Only a path with "isk_", an escape or a body-long run can hold a key;
+  // most are routes.
+  if (
+    !path.includes("isk_") && !path.includes("%") &&
+    !BODY_LENGTH_RUN.test(path)
+  ) return false;
+  return carriesKey(urlText(path));
+}
+
+/** A key, with or without its prefix, in decoded URL text. */
+function carriesKey(text: string): boolean {
   // Escaped deeper than decoding goes: it may hide a key, so it counts as one.
-  return KEY_PATTERN.test(text) || stillEscaped(text);
+  return KEY_PATTERN.test(text) || unprefixedKeysIn(text).length > 0 ||
+    stillEscaped(text);
 }
 
 function queryCarriesCredential(query: string): boolean {
@@ -85,8 +98,7 @@ function queryCarriesCredential(query: string): boolean {
     }
   }
   // A key in any name or value is a key in the decoded whole.
-  const text = urlText(query);
-  return KEY_PATTERN.test(text) || stillEscaped(text);
+  return carriesKey(urlText(query));
 }
 
 /** The URL text as the key check reads it; `+` is a space in a query. */

@@ -188,3 +188,32 @@ Deno.test("loggablePath withholds a key split across path segments shorter than 
     assert.ok(!logged.includes(KEY.slice(4, 8)));
   }
 });
+
+Deno.test("a key without its prefix is found in the path, a query value or a query name, and given back whole", () => {
+  const body = KEY.slice("isk_".length);
+  for (
+    const [path, query] of [
+      [`/${body}`, ""],
+      [`/api/v1/health/live/${body}`, ""],
+      ["/x", body],
+      [ROUTE, `q=${body}`],
+      [ROUTE, `${escapeAll(body)}=1`],
+      [`/ISK_${body}`, ""],
+    ]
+  ) {
+    const where = `${path}?${query}`.replace(body, "<body>");
+    assert.ok(urlCarriesCredential(path, query), where);
+    assert.deepEqual(keysInUrl(path, query, { most: 4 }), [KEY], where);
+    assert.ok(!loggablePath(path).includes(body), where);
+  }
+});
+
+Deno.test("a run of a key body's length whose checksum does not match is no key", () => {
+  const body = KEY.slice("isk_".length);
+  // The same characters with the checksum's last one changed.
+  const last = body.at(-1) === "A" ? "B" : "A";
+  const notKey = body.slice(0, -1) + last;
+  assert.ok(!urlCarriesCredential(`/${notKey}`, ""));
+  assert.ok(!urlCarriesCredential(ROUTE, `q=${notKey}`));
+  assert.deepEqual(keysInUrl(`/${notKey}`, "", { most: 4 }), []);
+});
