@@ -221,26 +221,34 @@ export const TAIL_CHARS = 65_536;
 
 /**
  * Starts the server with the `start` task's permissions in `cwd`.
- * `openFiles` runs it under `ulimit -n` of that many descriptors.
+ * `openFiles` runs it under `ulimit -n` of that many descriptors;
+ * `runtimeFlags` go to `deno run` before the task's own (for example
+ * `--inspect=127.0.0.1:PORT`, which the soak uses to measure the heap).
  */
 export async function startServer(
   cwd: string,
   env: Record<string, string> = {},
   task = "start",
-  options: { keepOutput?: boolean; openFiles?: number } = {},
+  options: {
+    keepOutput?: boolean;
+    openFiles?: number;
+    runtimeFlags?: string[];
+  } = {},
 ): Promise<ServerProcess> {
   // A benchmark drains millions of log lines: keep only what finds the port.
   const keep = options.keepOutput ?? true;
   const limited = options.openFiles !== undefined;
+  const [run, ...rest] = taskArgs(task, { cwd, env: { PORT: "0", ...env } });
+  const args = [run, ...(options.runtimeFlags ?? []), ...rest];
   const child = new Deno.Command(limited ? "bash" : Deno.execPath(), {
     args: limited
       ? [
         "-c",
         `ulimit -n ${options.openFiles} && exec "$0" "$@"`,
         Deno.execPath(),
-        ...taskArgs(task, { cwd, env: { PORT: "0", ...env } }),
+        ...args,
       ]
-      : taskArgs(task, { cwd, env: { PORT: "0", ...env } }),
+      : args,
     cwd,
     env: { PORT: "0", ...env },
     stdin: "null",
