@@ -12,7 +12,11 @@
 
 /** A connection to one process's inspector. */
 export interface HeapProbe extends Disposable {
-  /** Collects all garbage, then returns the bytes the heap still uses. */
+  /**
+   * Collects all garbage, then returns the bytes still held: the heap's
+   * objects and the buffers behind them (ArrayBuffers, where a log batch
+   * or a body would be kept), which V8 counts apart.
+   */
   liveBytes(): Promise<number>;
 }
 
@@ -51,12 +55,13 @@ export async function connectHeapProbe(port: number): Promise<HeapProbe> {
     async liveBytes() {
       await call("HeapProfiler.collectGarbage");
       const reply = await call("Runtime.getHeapUsage");
-      if (reply.result?.usedSize === undefined) {
+      const { usedSize, backingStorageSize } = reply.result ?? {};
+      if (usedSize === undefined || backingStorageSize === undefined) {
         throw new Error(
           `the inspector gave no heap usage: ${reply.error?.message}`,
         );
       }
-      return reply.result.usedSize;
+      return usedSize + backingStorageSize;
     },
     [Symbol.dispose]() {
       socket.close();
@@ -66,6 +71,6 @@ export async function connectHeapProbe(port: number): Promise<HeapProbe> {
 
 interface InspectorReply {
   id: number;
-  result?: { usedSize?: number };
+  result?: { usedSize?: number; backingStorageSize?: number };
   error?: { message: string };
 }
