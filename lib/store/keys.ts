@@ -69,6 +69,9 @@ export interface KeyServiceOptions {
 const authentication = (
   name: AuthenticationChange,
 ): ChangeKind<"authentication"> => ({ name, alters: "authentication" });
+/** Network notes (audit lines) per change: well under any backend's commit limit. */
+const NOTES_PER_CHANGE = 200;
+
 const usage = (name: UsageChange): ChangeKind<"usage"> => ({
   name,
   alters: "usage",
@@ -271,11 +274,18 @@ export class KeyService implements KeyStore {
     this.#call("recordNetworkUses");
     const added: { id: number; network: string }[] = [];
     for (const [id, group] of byKey(uses)) {
-      const change = await quietly(this.#backend.change(
-        usage("recordNetworkUses"),
-        (draft) => noteNetworks(draft, id, group),
-      ));
-      for (const network of change?.quiet() ?? []) added.push({ id, network });
+      // A note is an audit line, and one commit has a size limit (Deno KV:
+      // 1,000 mutations), so a key's notes go in changes of a bounded size.
+      for (let i = 0; i < group.length; i += NOTES_PER_CHANGE) {
+        const change = await quietly(this.#backend.change(
+          usage("recordNetworkUses"),
+          (draft) =>
+            noteNetworks(draft, id, group.slice(i, i + NOTES_PER_CHANGE)),
+        ));
+        for (const network of change?.quiet() ?? []) {
+          added.push({ id, network });
+        }
+      }
     }
     return added;
   }

@@ -17,7 +17,7 @@
 import { networkKey } from "../net/client_address.ts";
 import { type Cidr, cidrContains, parseCidr, parseIp } from "../net/ip.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
-import { REFUSED_KEPT } from "../store/usage_lists.ts";
+import { byKey, REFUSED_KEPT } from "../store/usage_lists.ts";
 import { BackgroundRecorder, type RecorderOptions } from "../store/recorder.ts";
 
 const MINUTE = 60_000;
@@ -27,6 +27,15 @@ const MINUTE = 60_000;
  * bounded. Notes past it are dropped and counted in one log line.
  */
 export const NETWORK_NOTES_MAX = 10_000;
+/**
+ * The most networks one key is noted from per minute on one server. An
+ * installation calls from one or two networks; a key used from more is
+ * leaked, and 50 `key_new_network` lines a minute say so loudly enough,
+ * while the audit log grows by at most that much per key whatever the
+ * flood. Notes past it are dropped and counted like those past
+ * {@linkcode NETWORK_NOTES_MAX}.
+ */
+export const NETWORK_NOTES_PER_KEY = 50;
 
 /** Parsed ranges by the record's own array, so each cached record parses once. */
 const parsedRanges = new WeakMap<readonly string[], Cidr[]>();
@@ -62,8 +71,10 @@ export class UsageRecorder extends BackgroundRecorder {
   /** The last client's network: most requests come from the client before them. */
   #lastClient = "";
   #lastNetwork = "";
-  /** Network notes dropped since the last flush, past NETWORK_NOTES_MAX. */
+  /** Network notes dropped since the last flush, past either bound. */
   #dropped = 0;
+  /** Key id → the minute its network notes are counted in, and their count. */
+  #perKey = new Map<number, { since: number; count: number }>();
   #refused = new Map<number, { address: string; at: Date }[]>();
 
   /** Writes pending notes every `flushMs`; a failed write is logged. */
@@ -84,10 +95,18 @@ export class UsageRecorder extends BackgroundRecorder {
     const network = this.#lastNetwork;
     const noted = `${id} ${network}`;
     if (now - (this.#noted.get(noted) ?? -Infinity) < MINUTE) return;
-    if (this.#networks.length >= NETWORK_NOTES_MAX) {
+    let budget = this.#perKey.get(id);
+    if (budget === undefined || now - budget.since >= MINUTE) {
+      this.#perKey.set(id, budget = { since: now, count: 0 });
+    }
+    if (
+      this.#networks.length >= NETWORK_NOTES_MAX ||
+      budget.count >= NETWORK_NOTES_PER_KEY
+    ) {
       this.#dropped++;
       return;
     }
+    budget.count++;
     this.#noted.set(noted, now);
     this.#networks.push({ id, network, at: new Date(now) });
   }
@@ -115,19 +134,36 @@ export class UsageRecorder extends BackgroundRecorder {
     }
     this.#forgetOld(Date.now());
     return async () => {
-      if (refused.length > 0) await this.#store.recordRefusedUses(refused);
-      if (networks.length === 0) return;
-      for (
-        const { id, network } of await this.#store.recordNetworkUses(networks)
-      ) {
-        this.log({ msg: "key_new_network", apiKeyId: id, network });
+      // Each key's notes are written apart, so that a write that fails for
+      // one key costs no other key its notes; the first failure is then
+      // logged by the recorder.
+      const failures: unknown[] = [];
+      if (refused.length > 0) {
+        await this.#store.recordRefusedUses(refused).catch((error) =>
+          failures.push(error)
+        );
       }
+      for (const [, uses] of byKey(networks)) {
+        try {
+          for (
+            const { id, network } of await this.#store.recordNetworkUses(uses)
+          ) {
+            this.log({ msg: "key_new_network", apiKeyId: id, network });
+          }
+        } catch (error) {
+          failures.push(error);
+        }
+      }
+      if (failures.length > 0) throw failures[0];
     };
   }
 
   #forgetOld(now: number): void {
     for (const [noted, at] of this.#noted) {
       if (now - at >= MINUTE) this.#noted.delete(noted);
+    }
+    for (const [id, { since }] of this.#perKey) {
+      if (now - since >= MINUTE) this.#perKey.delete(id);
     }
   }
 }

@@ -839,12 +839,13 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.deepEqual((await store.findByHashAt(key.hash)).record?.networks, []);
   });
 
-  test("recordNetworkUses() audits every new network of one flush, not only the five it keeps", async (store) => {
+  test("recordNetworkUses() audits every new network of one flush, not only the five it keeps, even more than one commit can hold", async (store) => {
     const key = await store.create(input("a"), { actor: ACTOR });
     const t0 = Date.parse(key.createdAt);
-    const uses = Array.from({ length: 8 }, (_, i) => ({
+    // Past Deno KV's 1,000 mutations in one atomic commit.
+    const uses = Array.from({ length: 1100 }, (_, i) => ({
       id: key.id,
-      network: `198.51.${i}.0/24`,
+      network: `198.${51 + (i >> 8)}.${i & 255}.0/24`,
       at: new Date(t0 + i),
     }));
     const reported = await store.recordNetworkUses(uses);

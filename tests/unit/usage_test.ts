@@ -140,3 +140,70 @@ Deno.test("a background write that fails is logged with its error's code, for la
   const text = JSON.stringify(lines);
   assert.ok(!text.includes(stored.key) && !text.includes(stored.record.hash));
 });
+
+Deno.test("a key used from 1,100 new networks within a minute is noted from 50 and the rest counted, and another key's new network in the same flush is still logged and audited", async () => {
+  await using counting = await countingStore();
+  const { record: flooded } = await counting.addKey("flooded");
+  const { record: other } = await counting.addKey("other");
+  const lines: Record<string, unknown>[] = [];
+  const recorder = new UsageRecorder(counting.store, {
+    flushMs: 60_000,
+    log: (fields) => lines.push(fields),
+  });
+  const now = Date.now();
+  for (let i = 0; i < 1100; i++) {
+    recorder.used(flooded.id, lockoutKey(`10.${i >> 8}.${i & 255}.7`), now);
+  }
+  recorder.used(other.id, lockoutKey("192.0.2.7"), now);
+  await recorder.close();
+  await counting.settled();
+  const noted = lines.filter((l) => l.msg === "key_new_network");
+  assert.equal(noted.filter((l) => l.apiKeyId === flooded.id).length, 50);
+  assert.deepEqual(noted.filter((l) => l.apiKeyId === other.id), [
+    { msg: "key_new_network", apiKeyId: other.id, network: "192.0.2.0/24" },
+  ]);
+  assert.deepEqual(lines.filter((l) => l.msg === "network_notes_dropped"), [
+    { msg: "network_notes_dropped", count: 1050 },
+  ]);
+  assert.ok(!lines.some((l) => l.msg === "store_write_failed"));
+  const audited = async (id: number) => {
+    let count = 0;
+    for await (const entry of counting.store.audit({ keyId: id })) {
+      if (entry.action === "network") count++;
+    }
+    return count;
+  };
+  assert.equal(await audited(flooded.id), 50);
+  assert.equal(await audited(other.id), 1);
+});
+
+Deno.test("a note that cannot be written for one key costs no other key its notes, and the failure is logged", async () => {
+  await using counting = await countingStore();
+  const { record: first } = await counting.addKey("first");
+  const { record: second } = await counting.addKey("second");
+  const lines: Record<string, unknown>[] = [];
+  const failing = new Proxy(counting.store, {
+    get(target, name, receiver) {
+      if (name !== "recordNetworkUses") {
+        return Reflect.get(target, name, receiver);
+      }
+      return (uses: { id: number }[]) =>
+        uses.some((u) => u.id === first.id)
+          ? Promise.reject(Object.assign(new Error("locked"), { code: "busy" }))
+          : target.recordNetworkUses(uses as never);
+    },
+  });
+  const recorder = new UsageRecorder(failing, {
+    flushMs: 60_000,
+    log: (fields) => lines.push(fields),
+  });
+  const now = Date.now();
+  recorder.used(first.id, lockoutKey("192.0.2.7"), now);
+  recorder.used(second.id, lockoutKey("198.51.100.7"), now);
+  await recorder.close();
+  await counting.settled();
+  assert.deepEqual(lines, [
+    { msg: "key_new_network", apiKeyId: second.id, network: "198.51.100.0/24" },
+    { msg: "store_write_failed", what: "usage", code: "busy" },
+  ]);
+});
