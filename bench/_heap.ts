@@ -28,10 +28,19 @@ export function freePort(): number {
   return port;
 }
 
-/** Connects to the inspector a process opened with `--inspect=127.0.0.1:port`. */
-export async function connectHeapProbe(port: number): Promise<HeapProbe> {
-  const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`))
-    .json() as { webSocketDebuggerUrl: string }[];
+/**
+ * Connects to the inspector a process opened with `--inspect=127.0.0.1:port`.
+ * A call gives up after `timeoutMs` (30 s), and every call fails once the
+ * process has gone, so a frozen or dead process never hangs the caller.
+ */
+export async function connectHeapProbe(
+  port: number,
+  options: { timeoutMs?: number } = {},
+): Promise<HeapProbe> {
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`, {
+    signal: AbortSignal.timeout(timeoutMs),
+  })).json() as { webSocketDebuggerUrl: string }[];
   const socket = new WebSocket(targets[0].webSocketDebuggerUrl);
   await new Promise((resolve, reject) => {
     socket.onopen = resolve;
@@ -39,16 +48,38 @@ export async function connectHeapProbe(port: number): Promise<HeapProbe> {
       reject(new Error("the inspector refused to connect"));
   });
   let next = 0;
-  const waiting = new Map<number, (message: InspectorReply) => void>();
+  let closed = false;
+  const waiting = new Map<
+    number,
+    { resolve(reply: InspectorReply): void; reject(error: Error): void }
+  >();
   socket.onmessage = (event) => {
     const message = JSON.parse(event.data) as InspectorReply;
-    waiting.get(message.id)?.(message);
+    waiting.get(message.id)?.resolve(message);
     waiting.delete(message.id);
   };
+  socket.onclose = () => {
+    closed = true;
+    for (const { reject } of waiting.values()) {
+      reject(new Error("the inspected process closed its inspector"));
+    }
+    waiting.clear();
+  };
   const call = (method: string) =>
-    new Promise<InspectorReply>((resolve) => {
+    new Promise<InspectorReply>((resolve, reject) => {
+      if (closed) {
+        return reject(new Error("the inspected process closed its inspector"));
+      }
       const id = ++next;
-      waiting.set(id, resolve);
+      const timer = setTimeout(() => {
+        waiting.delete(id);
+        reject(new Error(`the inspector did not answer ${method} in time`));
+      }, timeoutMs);
+      const settle = <T>(done: (value: T) => void) => (value: T) => {
+        clearTimeout(timer);
+        done(value);
+      };
+      waiting.set(id, { resolve: settle(resolve), reject: settle(reject) });
       socket.send(JSON.stringify({ id, method }));
     });
   return {

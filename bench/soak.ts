@@ -39,6 +39,8 @@ const ROUTE = "/api/v1/integration/connection";
  * a leak of tens of bytes a request passes it in a run.
  */
 const LEAK_SLACK = 4 * 1024 * 1024;
+/** How long one request may take before the soak counts it as failed. */
+const REQUEST_TIMEOUT_MS = 30_000;
 /** The server's default LOCKOUT_MAX_FAILURES. */
 const THRESHOLD = 10;
 
@@ -95,6 +97,22 @@ async function main(): Promise<number> {
   // session attached does not exit on SIGTERM (Deno 2.9).
   const heap = await connectHeapProbe(inspectorPort);
   const pid = server.process.pid;
+  // A soak stopped from outside (a cancelled CI job, `timeout`) takes its
+  // server, whose inspector any local process could use, and its store
+  // with it, rather than leaving them behind.
+  const abandon = (signal: "SIGINT" | "SIGTERM") => () => {
+    heap[Symbol.dispose]();
+    server.process.kill("SIGKILL");
+    Deno.removeSync(dir.path, { recursive: true });
+    console.error(`Soak stopped by ${signal}; its server was killed`);
+    Deno.exit(signal === "SIGINT" ? 130 : 143);
+  };
+  const onInt = abandon("SIGINT");
+  const onTerm = abandon("SIGTERM");
+  Deno.addSignalListener("SIGINT", onInt);
+  Deno.addSignalListener("SIGTERM", onTerm);
+  let exited = false;
+  server.process.status.then(() => exited = true);
 
   const kinds: Kind[] = Array.from(
     { length: CONNECTIONS },
@@ -139,6 +157,8 @@ async function main(): Promise<number> {
       try {
         const response = await fetch(`${server.url}${ROUTE}`, {
           headers: { "X-API-Key": key, "X-Forwarded-For": address },
+          // A server that stops answering fails the soak, never hangs it.
+          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
         });
         await response.body?.cancel();
         status = response.status;
@@ -156,15 +176,24 @@ async function main(): Promise<number> {
   console.error(`Running ${CONNECTIONS} connections for ${SECONDS} s …`);
   const samples: number[] = [];
   const startRss = await rssBytes(pid);
+  const started = Date.now();
   const sampler = setInterval(
     async () => samples.push(await rssBytes(pid)),
     1000,
   );
   const live: number[] = [];
-  const liveSampler = setInterval(
-    async () => live.push(await heap.liveBytes()),
-    5000,
-  );
+  const probeErrors: string[] = [];
+  const sampleLive = () =>
+    heap.liveBytes().then(
+      (bytes) => void live.push(bytes),
+      (error) => void probeErrors.push(String(error?.message ?? error)),
+    );
+  // The first sample once warm, however short the run, then every 5 s.
+  let liveSampler: ReturnType<typeof setInterval> | undefined;
+  const firstLive = setTimeout(() => {
+    sampleLive();
+    liveSampler = setInterval(sampleLive, 5000);
+  }, Math.min(5000, (SECONDS * 1000) / 3));
   const attacks = [
     holdIdle(server.port, IDLE, deadline),
     slowHeads(server.port, SLOW, deadline),
@@ -172,11 +201,16 @@ async function main(): Promise<number> {
   ];
   await Promise.all(kinds.map((kind, i) => worker(kind, i)));
   const attacked = await Promise.all(attacks);
+  const elapsed = (Date.now() - started) / 1000;
   clearInterval(sampler);
+  clearTimeout(firstLive);
   clearInterval(liveSampler);
   const endRss = await rssBytes(pid);
-  live.push(await heap.liveBytes());
+  await sampleLive();
+  const exitedEarly = exited;
   heap[Symbol.dispose]();
+  Deno.removeSignalListener("SIGINT", onInt);
+  Deno.removeSignalListener("SIGTERM", onTerm);
   await server.stop();
 
   console.log(
@@ -195,15 +229,17 @@ async function main(): Promise<number> {
   // until V8's next major collection, however long that waits (84 to 110
   // MB over 30 s on a quiet machine with no leak), so it is judged only
   // with a wide margin.
-  const warmLive = Math.min(...live.slice(0, -1), live.at(-1)!);
-  const endLive = live.at(-1)!;
-  const leaked = endLive - warmLive > Math.max(LEAK_SLACK, warmLive / 2);
+  const warmLive = Math.min(...live);
+  const endLive = live.at(-1) ?? 0;
+  // Judged only with a sample after warm-up and one at the end.
+  const leaked = live.length >= 2 &&
+    endLive - warmLive > Math.max(LEAK_SLACK, warmLive / 2);
   const warm = samples[Math.min(4, samples.length - 1)] ?? startRss;
   // With the heap collected every 5 s, resident memory that still climbs
   // by half is held outside JavaScript (sockets, the runtime's buffers).
   const swelled = endRss > warm * 1.5;
   console.log(
-    `\n${total} requests (${Math.round(total / SECONDS)}/s); server RSS ${
+    `\n${total} requests (${Math.round(total / elapsed)}/s); server RSS ${
       mb(startRss)
     } at start, ${mb(warm)} after warm-up, ${
       mb(endRss)
@@ -229,6 +265,10 @@ async function main(): Promise<number> {
       ? [`the server's resident memory grew: ${samples.map(mb).join(", ")}`]
       : []),
     ...(total === 0 ? ["no request was answered"] : []),
+    ...(exitedEarly ? ["the server exited during the run"] : []),
+    ...(live.length < 2
+      ? [`the server's heap was not measured: ${probeErrors.join("; ")}`]
+      : []),
   ];
   if (problems.length > 0) {
     console.error(`Soak failed:\n- ${problems.join("\n- ")}`);
@@ -324,6 +364,7 @@ async function bursts(
               "X-API-Key": generateApiKey().key,
               "X-Forwarded-For": address,
             },
+            signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
           });
           await response.body?.cancel();
           return response.status;
