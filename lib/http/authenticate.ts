@@ -213,10 +213,12 @@ export function createAuthenticator(
     if (limit !== null) {
       // After every check of the key, so that only a valid key's request
       // is counted, and a refusal here is never a failed authentication.
-      const decision = limiter.take(record.id, limit, {
-        share: peers === undefined
-          ? limit.count
-          : peers.share(limit, record.id),
+      // In a rotation's overlap the old key counts against its replacement's
+      // budget: both serve one installation, which would otherwise get
+      // twice its limit for as long as the overlap lasts.
+      const bucket = record.replacedBy ?? record.id;
+      const decision = limiter.take(bucket, limit, {
+        share: peers === undefined ? limit.count : peers.share(limit, bucket),
         scale: peers?.count ?? 1,
       });
       headers = rateLimitHeaders(limit, decision);

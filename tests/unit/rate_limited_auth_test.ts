@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { generateApiKey, hashApiKey } from "../../lib/auth/api_key.ts";
 import { createAuthenticator } from "../../lib/http/authenticate.ts";
 import { createRouter } from "../../lib/http/router.ts";
 import { LockoutTracker } from "../../lib/auth/lockout.ts";
@@ -158,4 +159,26 @@ Deno.test("among several servers a server accepts its share only, and its RateLi
   assert.equal(accepted, share);
   // After one of its share: (share - 1) here, times three servers.
   assert.match(first!, new RegExp(`^"key";r=${(share - 1) * 3};t=6\\d$`));
+});
+
+Deno.test("during a rotation's overlap the old and the new key share one budget, so the installation never gets twice its limit", async () => {
+  await using t = await setup({ count: 4, windowSeconds: 60 });
+  const replacement = generateApiKey();
+  const old = (await t.counting.store.findByHash(hashApiKey(t.key)))!;
+  await t.counting.store.rotate(old.id, replacement, {
+    actor: "t",
+    overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+  });
+  await t.counting.settled();
+  const statuses: number[] = [];
+  for (const key of [t.key, replacement.key, t.key, replacement.key]) {
+    for (let i = 0; i < 2; i++) {
+      const response = await t.call(key);
+      await response.body?.cancel();
+      statuses.push(response.status);
+    }
+  }
+  // 4 per minute between them: the old key's two, the new key's two, then
+  // 429 for either.
+  assert.deepEqual(statuses, [200, 200, 200, 200, 429, 429, 429, 429]);
 });
