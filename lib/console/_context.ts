@@ -5,6 +5,7 @@
  * @module
  */
 
+import { looksLikeApiKey } from "../auth/api_key.ts";
 import { processEnv } from "../server/config.ts";
 import { normalizeActor } from "../store/records.ts";
 import type { KeyStore } from "../store/types.ts";
@@ -45,5 +46,9 @@ function actor(): string {
     // Without --allow-sys the audit still records what it could.
   }
   user ??= "unknown";
+  // The environment is not checked like the arguments: a key pasted into
+  // USER would otherwise be stored in the audit log and every backup.
+  if (looksLikeApiKey(user)) user = "withheld";
+  if (looksLikeApiKey(host)) host = "withheld";
   return normalizeActor(`${user}@${host}`);
 }

@@ -319,6 +319,30 @@ Deno.test("a hostile USER reaches the audit log escaped and bounded", async () =
   assertHarmless(text.stdout, "audit");
 });
 
+Deno.test("a key in USER, with or without its prefix, is withheld from the audit log and every backup", async () => {
+  using dir = tempDir();
+  const leaked = generateApiKey().key;
+  for (
+    const [name, user] of [["prefixed", leaked], ["bare", leaked.slice(4)]]
+  ) {
+    const made = await createKey(dir.path, name, "ops@example.com", {
+      USER: user,
+    });
+    assert.ok(made.id > 0);
+  }
+  const audit = JSON.parse((await keys(dir.path, ["audit", "--json"])).stdout);
+  assert.deepEqual(
+    audit.map((entry: { actor: string }) => entry.actor.split("@")[0]),
+    ["withheld", "withheld"],
+  );
+  const backup = await keys(dir.path, ["export", "-"]);
+  assert.equal(backup.code, 0, backup.stderr);
+  assert.ok(
+    !backup.stdout.includes(leaked.slice(4, 20)),
+    "the key is in the backup",
+  );
+});
+
 /** A fake installation on loopback that answers every check with this e-mail. */
 function hostileServer(email: string): { url: string } & AsyncDisposable {
   const server = Deno.serve(
