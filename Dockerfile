@@ -3,7 +3,7 @@
 #
 #   docker build -t integration-service .
 #   docker run -d --name integration -p 8000:8000 -v integration-data:/data integration-service
-#   docker exec -it integration deno task keys create --name berlin-erp --email ops@example.com
+#   docker exec -i integration deno task -q keys create --name berlin-erp --email ops@example.com
 #
 FROM denoland/deno:2.9.6
 

@@ -46,8 +46,10 @@ Options:
   --json   print one JSON object instead of the monitoring-plugin text
   --help   print this help
 
-Exit codes: 0 OK, 1 WARNING (clock offset above the threshold, or the key
-expires soon), 2 CRITICAL (key refused, rate limited, service unavailable,
-unreachable, TLS failure, timeout, other status), 3 UNKNOWN (configuration problem, unexpected answer).
+Exit codes: 0 OK, 1 WARNING (clock offset above the threshold, the key
+expires soon, or its rate limit is used up or has under a tenth left),
+2 CRITICAL (key refused, locked out, service unavailable, unreachable, TLS
+failure, timeout, other status), 3 UNKNOWN (configuration problem,
+unexpected answer).
 The key is never printed.
 `;
