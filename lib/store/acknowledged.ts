@@ -119,6 +119,12 @@ export async function awaitAcknowledgement(
   const seen = new Map<string, { version: string; since: number }>();
   let told = false;
   let owing: InstanceRecord[] = [];
+  /**
+   * Registrations seen owing, by id: one that is gone at the next read did
+   * not confirm either. It stopped, or another wait (a server settling a
+   * read, another console) found its lease run out first and removed it.
+   */
+  const owed = new Map<string, InstanceRecord>();
   const { signal } = options;
   // Settles only when aborted: every await of the wait races it.
   const stopped = new Promise<"stopped">((resolve) => {
@@ -150,8 +156,17 @@ export async function awaitAcknowledgement(
       // After the read: a version seen now was written before this moment.
       const now = performance.now();
       const pending: InstanceRecord[] = [];
+      const present = new Set(registrations.map((instance) => instance.id));
+      for (const [id, instance] of owed) {
+        if (present.has(id)) continue;
+        owed.delete(id);
+        lapsed.push(describe(instance));
+      }
       for (const instance of registrations) {
-        if (instance.acked >= revision) continue;
+        if (instance.acked >= revision) {
+          owed.delete(instance.id);
+          continue;
+        }
         waitedFor.add(instance.id);
         const leaseMs = leaseOf(instance);
         const before = seen.get(instance.id);
@@ -167,10 +182,13 @@ export async function awaitAcknowledgement(
             store.removeInstance(instance.id, { version: instance.version }),
             deadline,
           ).catch(() => {});
+          owed.delete(instance.id);
           lapsed.push(describe(instance));
+          continue;
         } else {
           pending.push(instance);
         }
+        owed.set(instance.id, instance);
       }
       owing = pending;
       if (pending.length === 0) return report();

@@ -66,7 +66,7 @@ export interface ChangeKind<A extends Alters> {
   readonly alters: A;
 }
 
-/** A server that did not acknowledge, and whose lease ran out instead; or, `broken`, a registration that could not be read. */
+/** A server that did not acknowledge, and whose lease ran out instead (or that stopped meanwhile); or, `broken`, a registration that could not be read. */
 export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken">;
 
 /** How a wait for the servers went, for progress lines and the benchmark. */

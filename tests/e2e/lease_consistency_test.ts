@@ -423,22 +423,15 @@ async function underLoad(
       );
     }
   }
-  // Promptly, with every instance alive: never a lapse, so within a lease
-  // of the commit (a change that waits a lease out says "did not confirm").
-  // How far within depends on how soon a loaded machine runs each server's
-  // poll, which the code does not promise; the measures are printed above.
-  for (const [i, change] of changes.entries()) {
+  // With every instance alive, never a lapse: a change that waits a lease
+  // out says "did not confirm". How soon within the lease depends on how
+  // soon a loaded machine runs each server's poll, which the code does not
+  // promise, so the measures are printed above and not judged.
+  for (const change of changes) {
     assert.doesNotMatch(
       change.result.stderr,
       /did not confirm/,
       change.result.stderr,
-    );
-    const ms = committed[i];
-    assert.ok(
-      ms < LEASE_MS,
-      `the ${change.what} of ${change.slot.name} returned ${
-        round(ms)
-      } ms after its commit`,
     );
   }
   // The servers keep hashes only: no key they were sent is in their output.
