@@ -119,9 +119,8 @@ function networkFailure(
     };
   }
   const detail = causeText(error);
-  if (
-    /certificate|tls|ssl|handshake|corrupt message|unknownissuer/i.test(detail)
-  ) {
+  const kind = fetchFailure(detail);
+  if (kind === "tls") {
     return {
       ...state("CRITICAL"),
       reachable: false,
@@ -130,7 +129,7 @@ function networkFailure(
         "check the server's certificate (issuer, expiry, host name) and that the address uses https:// only where the service speaks TLS",
     };
   }
-  if (/dns error|failed to lookup|name or service not known/i.test(detail)) {
+  if (kind === "dns") {
     return {
       ...state("CRITICAL"),
       reachable: false,
@@ -139,7 +138,7 @@ function networkFailure(
         `check the host name in ${CHECK_ENV.baseUrl} and this machine's DNS`,
     };
   }
-  if (/connection refused/i.test(detail)) {
+  if (kind === "refused") {
     return {
       ...state("CRITICAL"),
       reachable: false,
@@ -173,4 +172,24 @@ function clean(text: string, max: number): string {
   // deno-lint-ignore no-control-regex
   const flat = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, " ").trim();
   return flat.length > max ? flat.slice(0, max - 1) + "…" : flat;
+}
+
+/**
+ * What kind of network failure a fetch error's text describes. The one
+ * place that reads message text, because Deno 2.9 gives nothing else: a
+ * failed fetch is a TypeError whose cause is a plain Error, with no class
+ * or code for TLS, DNS or a refused connection. Unknown text is "other",
+ * which the check reports with the text itself.
+ */
+function fetchFailure(detail: string): "tls" | "dns" | "refused" | "other" {
+  if (
+    /certificate|tls|ssl|handshake|corrupt message|unknownissuer/i.test(detail)
+  ) {
+    return "tls";
+  }
+  if (/dns error|failed to lookup|name or service not known/i.test(detail)) {
+    return "dns";
+  }
+  if (/connection refused/i.test(detail)) return "refused";
+  return "other";
 }
