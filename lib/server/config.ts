@@ -219,7 +219,7 @@ export function readKeyRateLimit(env: EnvReader): RateLimit | null {
 }
 
 /** The whole-number settings: each variable with its default and range, once. */
-const WHOLE_NUMBERS = {
+export const WHOLE_NUMBERS = {
   PORT: { default: 8000, min: 0, max: 65535 },
   LOCKOUT_MAX_FAILURES: {
     default: DEFAULT_LOCKOUT.maxFailures,
