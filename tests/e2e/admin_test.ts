@@ -52,6 +52,29 @@ Deno.test("--help on the console and on every command prints usage and exits 0",
   }
 });
 
+Deno.test("keys help COMMAND prints that command's help, as keys COMMAND --help does; an unknown or second command is a usage error", async () => {
+  using dir = tempDir();
+  for (const command of ["create", "update"]) {
+    const asked = await keys(dir.path, ["help", command]);
+    const flag = await keys(dir.path, [command, "--help"]);
+    assert.equal(asked.code, 0, asked.stderr);
+    assert.match(
+      asked.stdout,
+      new RegExp(`Usage: deno task -q keys ${command}`),
+    );
+    assert.equal(asked.stdout, flag.stdout);
+  }
+  const json = await keys(dir.path, ["help", "create", "--json"]);
+  assert.equal(json.code, 0, json.stderr);
+  assert.match(JSON.parse(json.stdout).help, /keys create/);
+  const unknown = await keys(dir.path, ["help", "frobnicate", "--json"]);
+  assert.equal(unknown.code, 2);
+  assert.equal(JSON.parse(unknown.stdout).error.code, "unknown_command");
+  const two = await keys(dir.path, ["help", "create", "list", "--json"]);
+  assert.equal(two.code, 2);
+  assert.equal(JSON.parse(two.stdout).error.code, "argument_extra");
+});
+
 Deno.test("keys --help lists every command of the registry and names every variable the keys task may read", async () => {
   using dir = tempDir();
   const result = await keys(dir.path, ["--help"]);
