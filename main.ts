@@ -37,6 +37,7 @@ import {
 } from "./lib/server/serve.ts";
 import { serveOnSocket, SocketPathError } from "./lib/server/socket.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
+import { StoreUnavailableError } from "./lib/store/errors.ts";
 import { counted } from "./lib/store/counted.ts";
 import { openStore } from "./lib/store/open.ts";
 import { UsageRecorder } from "./lib/usage/networks.ts";
@@ -195,6 +196,8 @@ function startFailure(error: unknown): string {
   if (error instanceof StartArgumentsError) return error.message;
   if (error instanceof ServeUnsupportedError) return error.message;
   if (error instanceof PermissionsMissingError) return error.message;
+  // Worded for the operator, naming DATABASE_URL and the fix.
+  if (error instanceof StoreUnavailableError) return error.message;
   if (error instanceof Deno.errors.NotCapable) {
     return `The start was refused a permission the configuration did not name (${error.message}); start it with deno task start`;
   }
