@@ -13,6 +13,11 @@ import {
   readConfig,
 } from "./lib/server/config.ts";
 import { createHandler } from "./lib/server/handler.ts";
+import {
+  readStartArguments,
+  StartArgumentsError,
+  startHelp,
+} from "./lib/server/arguments.ts";
 import { LastUsedRecorder } from "./lib/usage/last_used.ts";
 import { Lease } from "./lib/auth/lease.ts";
 import { LockoutTracker } from "./lib/auth/lockout.ts";
@@ -32,6 +37,7 @@ import {
 } from "./lib/server/serve.ts";
 import { serveOnSocket, SocketPathError } from "./lib/server/socket.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
+import { StoreUnavailableError } from "./lib/store/errors.ts";
 import { counted } from "./lib/store/counted.ts";
 import { openStore } from "./lib/store/open.ts";
 import { UsageRecorder } from "./lib/usage/networks.ts";
@@ -170,20 +176,28 @@ export async function serve(): Promise<void> {
 
 if (import.meta.main) {
   try {
+    // Before the permissions are checked: --help needs none of them.
+    if (readStartArguments(Deno.args) === "help") {
+      console.log(startHelp());
+      Deno.exit(0);
+    }
     await serve();
     // Whatever the log could not write by now is given up.
     Deno.exit(0);
   } catch (error) {
     console.error(startFailure(error));
-    Deno.exit(1);
+    Deno.exit(error instanceof StartArgumentsError ? error.exitCode : 1);
   }
 }
 
 /** One line for the operator: what failed and what to do about it. */
 function startFailure(error: unknown): string {
   if (error instanceof ConfigError) return error.message;
+  if (error instanceof StartArgumentsError) return error.message;
   if (error instanceof ServeUnsupportedError) return error.message;
   if (error instanceof PermissionsMissingError) return error.message;
+  // Worded for the operator, naming DATABASE_URL and the fix.
+  if (error instanceof StoreUnavailableError) return error.message;
   if (error instanceof Deno.errors.NotCapable) {
     return `The start was refused a permission the configuration did not name (${error.message}); start it with deno task start`;
   }

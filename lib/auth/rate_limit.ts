@@ -74,7 +74,8 @@ const UNITS: Record<string, number> = {
 export function parseRate(text: string): RateLimit | null {
   const trimmed = text.trim().toLowerCase();
   if (trimmed === "none") return null;
-  const match = /^([1-9][0-9]*)\/([1-9][0-9]{0,5})?([a-z]+)$/.exec(
+  // A count of 0 is read, to be refused as out of range rather than as no rate.
+  const match = /^(0+|[1-9][0-9]*)\/([1-9][0-9]{0,5})?([a-z]+)$/.exec(
     trimmed,
   );
   const seconds = match ? UNITS[match[3]] : undefined;
@@ -86,6 +87,7 @@ export function parseRate(text: string): RateLimit | null {
     throw new RateSyntaxError("rate_syntax", text);
   }
   const count = Number(match[1]);
+  if (count < 1) throw new RateSyntaxError("invalid_rateLimit", text);
   if (count > RATE_MAX_COUNT) throw new RateSyntaxError("rate_too_large", text);
   return { count, windowSeconds };
 }
@@ -107,17 +109,19 @@ const WRITTEN: Record<number, string> = {
 
 /** A rate the console or the configuration could not read. */
 export class RateSyntaxError extends Error {
-  /** `rate_syntax` or `rate_too_large`. */
-  readonly code: "rate_syntax" | "rate_too_large";
+  /**
+   * `rate_syntax`, `rate_too_large`, or `invalid_rateLimit` for a count of
+   * 0 (the store's code for a limit out of range).
+   */
+  readonly code: "rate_syntax" | "rate_too_large" | "invalid_rateLimit";
   constructor(code: RateSyntaxError["code"], text: string) {
+    const rate = `Rate '${text.slice(0, 40)}'`;
     super(
       code === "rate_syntax"
-        ? `Rate '${
-          text.slice(0, 40)
-        }' is not a rate; write COUNT/UNIT such as 600/min, 10/s, 100/10s, 1000/h or 50000/day (a window of at most a day), or none`
-        : `Rate '${
-          text.slice(0, 40)
-        }' allows more than ${RATE_MAX_COUNT} requests; write a smaller count, or none for no limit`,
+        ? `${rate} is not a rate; write COUNT/UNIT such as 600/min, 10/s, 100/10s, 1000/h or 50000/day (a window of at most a day), or none`
+        : code === "rate_too_large"
+        ? `${rate} allows more than ${RATE_MAX_COUNT} requests; write a smaller count, or none for no limit`
+        : `${rate} allows no requests; the count must be 1 to ${RATE_MAX_COUNT}, such as 600/min, or none for no limit`,
     );
     this.name = "RateSyntaxError";
     this.code = code;

@@ -42,6 +42,19 @@ export function relativeTime(
   return "just now";
 }
 
+/**
+ * The most characters {@linkcode relativeTime} takes for a time within
+ * 9999 years of now ("59 minutes ago", "9999 years ago"): the width of a
+ * column of relative times, which no realistic time overflows.
+ */
+export const RELATIVE_TIME_WIDTH = Math.max(
+  ...UNITS.map(([name, ms], i) => {
+    // The largest count of each unit before the next larger one takes over.
+    const count = i === 0 ? 9999 : Math.floor(UNITS[i - 1][1] / ms);
+    return `${count} ${name}s ago`.length;
+  }),
+);
+
 /** The looks the console uses. */
 export type Tone = "bold" | "dim" | "red" | "yellow";
 

@@ -39,6 +39,17 @@ export function parse(
   // an unknown option, a key that is not found).
   if (args.some(looksLikeApiKey)) throw new KeyArgumentError();
   const [name, ...rest] = args;
+  // `keys help create` is `keys create --help`; `keys help` alone, the list.
+  const topics = name === "help" ? rest.filter((a) => !a.startsWith("-")) : [];
+  if (topics.length > 1) {
+    throw new UsageError(
+      `keys help takes one command, such as "keys help create"; ${
+        quoted(topics[1])
+      } is one too many`,
+      { code: "argument_extra" },
+    );
+  }
+  if (topics.length === 1) return parse([topics[0], "--help"], commands);
   if (
     name === undefined || name === "--help" || name === "-h" || name === "help"
   ) {

@@ -62,9 +62,25 @@ function listed(ids: number[]): string {
   return `keys ${ids.slice(0, -1).join(", ")} and ${ids[ids.length - 1]}`;
 }
 
+/** Every action the log records, so that ACTION fits the longest whole. */
+const ACTIONS: Record<AuditEntry["action"], true> = {
+  create: true,
+  revoke: true,
+  rotate: true,
+  expose: true,
+  import: true,
+  allow_from: true,
+  rate_limit: true,
+  network: true,
+};
+
 const AUDIT_COLUMNS: Column<AuditEntry>[] = [
   { heading: "AT", width: 20, cell: (e) => shortTime(e.at) },
-  { heading: "ACTION", width: 8, cell: (e) => e.action },
+  {
+    heading: "ACTION",
+    width: Math.max(...Object.keys(ACTIONS).map((action) => action.length)),
+    cell: (e) => e.action,
+  },
   // An import brings in every key of its file: no one key to name.
   {
     heading: "KEY",

@@ -30,7 +30,8 @@ export const exportCommand: Command = {
     'name only once complete. Restore it with "keys import FILE".',
     "",
     "FILE - writes the export to stdout, to pipe it elsewhere:",
-    "  deno task -q keys export - | ssh backup-host 'cat > keys.jsonl'",
+    // The file on the other host holds every key's hash: 0600, as here.
+    "  deno task -q keys export - | ssh backup-host 'umask 077; cat > keys.jsonl'",
     "If keys change meanwhile it stops without the end line, so that an import",
     "refuses what was written, and exits 1.",
   ],

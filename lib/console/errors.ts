@@ -183,7 +183,10 @@ export function failure(error: unknown): string {
   ) {
     return error.message;
   }
-  if (error instanceof StoreInputError) return describeStoreError(error);
+  // A refusal or an outage is its own sentence, with the fix.
+  if (
+    error instanceof StoreInputError || error instanceof StoreUnavailableError
+  ) return describeStoreError(error);
   if (error instanceof Deno.errors.NotCapable) {
     return `The console was refused a permission its configuration did not name (${error.message}); run it with deno task -q keys`;
   }

@@ -5,12 +5,13 @@
  * @module
  */
 
-import { formatRate } from "../auth/rate_limit.ts";
+import { formatRate, RATE_MAX_COUNT } from "../auth/rate_limit.ts";
 import { recordAt } from "../store/expiry.ts";
+import { RATE_MAX_WINDOW_SECONDS } from "../store/rate_limits.ts";
 import { publicRecord } from "../store/records.ts";
 import type { KeyRecord } from "../store/types.ts";
 import type { Command } from "./command.ts";
-import { paint, relativeTime } from "./_format.ts";
+import { paint, RELATIVE_TIME_WIDTH, relativeTime } from "./_format.ts";
 import { jsonText, report } from "./_output.ts";
 import {
   EXPIRING_SOON_DAYS,
@@ -121,6 +122,15 @@ export const list: Command = {
   },
 };
 
+/** The most an expiry's mark adds: " (retiring)", " (soon)". */
+const EXPIRY_MARKS = " (retiring)".length;
+
+/** The longest rate formatRate writes: "1000000000/86399s". */
+const RATE_WIDTH = formatRate({
+  count: RATE_MAX_COUNT,
+  windowSeconds: RATE_MAX_WINDOW_SECONDS - 1,
+}).length;
+
 /** The listing's columns, narrowest first to go when a terminal is narrow. */
 function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
   const ago = (iso: string | null, none = "") =>
@@ -136,17 +146,22 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
       cell: (r) => r.email,
     },
     { heading: "STATUS", width: 7, cell: (r) => r.status },
-    { heading: "CREATED", width: 14, cell: (r) => ago(r.createdAt) },
+    {
+      heading: "CREATED",
+      width: RELATIVE_TIME_WIDTH,
+      cell: (r) => ago(r.createdAt),
+    },
     {
       heading: "LAST USED",
-      width: 14,
+      width: RELATIVE_TIME_WIDTH,
       dropRank: 5,
       cell: (r) => ago(r.lastUsedAt, "never"),
     },
     { heading: "HINT", width: 10, dropRank: 2, cell: (r) => r.hint },
     {
       heading: "EXPIRES",
-      width: 16,
+      // Piped, the longest value whole: "in 59 minutes (retiring)".
+      width: RELATIVE_TIME_WIDTH + EXPIRY_MARKS,
       min: 10,
       dropRank: 6,
       cell: (r) =>
@@ -162,7 +177,7 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
     },
     {
       heading: "RATE",
-      width: 12,
+      width: RATE_WIDTH,
       dropRank: 7,
       cell: (r) => r.rateLimit === null ? "" : formatRate(r.rateLimit),
     },
@@ -181,7 +196,11 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
   if (!all) return columns;
   return [
     ...columns,
-    { heading: "REVOKED", width: 14, cell: (r) => ago(r.revokedAt) },
+    {
+      heading: "REVOKED",
+      width: RELATIVE_TIME_WIDTH,
+      cell: (r) => ago(r.revokedAt),
+    },
     {
       heading: "REASON",
       width: 32,

@@ -6,8 +6,7 @@
  */
 
 import { escapeControlCharacters } from "../util/control_characters.ts";
-import { RANGE_PROBLEMS } from "../server/config.ts";
-import { cidrProblem } from "../net/ip.ts";
+import { rangeProblem } from "../server/config.ts";
 import {
   ImportAuditError,
   type ImportDefect,
@@ -83,9 +82,7 @@ function fieldProblem(error: InvalidFieldError): string {
       return `Allow-from must list addresses or ranges such as 192.0.2.0/24,2001:db8::/48, and ${
         escapeControlCharacters(JSON.stringify(error.value ?? ""))
       } is not one (${
-        RANGE_PROBLEMS[
-          cidrProblem((error.value ?? "").trim()) ?? "not_an_address"
-        ]
+        rangeProblem((error.value ?? "").trim())
       }); fix the range or write "any" to allow every address`;
     case "allowFrom:empty":
       return 'Allow-from must list at least one range; write "any" to allow every address';

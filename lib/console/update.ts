@@ -48,10 +48,10 @@ export function allowFromOption(text: string): string[] | null {
   }
 }
 
-/** `keys update KEY [--allow-from RANGES|any] [--rate RATE|none]`. */
+/** `keys update KEY (--allow-from RANGES|any | --rate RATE|none)...`: one or both. */
 export const update: Command = {
   summary: "change where a key may be used from, or its rate limit",
-  usage: "update KEY [--allow-from RANGES|any] [--rate RATE|none]",
+  usage: "update KEY (--allow-from RANGES|any | --rate RATE|none)...",
   options: { "allow-from": ALLOW_FROM_OPTION, rate: RATE_OPTION },
   positionals: [1, 1, KEY_ARGUMENT],
   notes: [

@@ -84,6 +84,12 @@ export function formatCidr(cidr: Cidr): string {
 export type CidrProblem =
   /** The part before any `/` is no IPv4 or IPv6 address. */
   | "not_an_address"
+  /**
+   * An IPv4 number has a leading zero (`010.0.0.0/8`), which some programs
+   * read as octal; without the zeros it would be an address
+   * ({@linkcode withoutLeadingZeros}).
+   */
+  | "leading_zero"
   /** The prefix length is not a number as written (`/`, `/x`, `/032`). */
   | "prefix_malformed"
   /** The prefix length is above the family's 32 or 128 bits. */
@@ -94,8 +100,14 @@ export type CidrProblem =
 /** What is wrong with `text` as a range, or null when it is one. */
 export function cidrProblem(text: string): CidrProblem | null {
   const slash = text.indexOf("/");
-  const address = parseIp(slash === -1 ? text : text.slice(0, slash));
-  if (address === null) return "not_an_address";
+  const written = slash === -1 ? text : text.slice(0, slash);
+  const address = parseIp(written);
+  if (address === null) {
+    const bare = withoutLeadingZeros(written);
+    return bare !== written && parseIp(bare) !== null
+      ? "leading_zero"
+      : "not_an_address";
+  }
   if (slash !== -1) {
     const raw = text.slice(slash + 1);
     if (!/^(0|[1-9]\d{0,2})$/.test(raw)) return "prefix_malformed";
@@ -106,6 +118,23 @@ export function cidrProblem(text: string): CidrProblem | null {
     if (mapped && Number(raw) < 96) return "prefix_too_long";
   }
   return parseCidr(text) === null ? "host_bits_set" : null;
+}
+
+/**
+ * `text` with the leading zeros of its IPv4 numbers dropped, the rest as
+ * written: `010.0.0.0/8` is `10.0.0.0/8`, `::ffff:010.0.0.1` is
+ * `::ffff:10.0.0.1`. For a message suggesting the range meant (if 010 was
+ * meant as decimal); never read as an address by itself.
+ */
+export function withoutLeadingZeros(text: string): string {
+  const slash = text.indexOf("/");
+  const written = slash === -1 ? text : text.slice(0, slash);
+  // The IPv4 part is the last item of an IPv6 address, or the whole.
+  const start = written.lastIndexOf(":") + 1;
+  const v4 = written.slice(start).split(".").map((part) =>
+    /^\d+$/.test(part) ? part.replace(/^0+(?=\d)/, "") : part
+  ).join(".");
+  return written.slice(0, start) + v4 + text.slice(written.length);
 }
 
 /**

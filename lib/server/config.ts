@@ -22,17 +22,38 @@ import {
   type CidrProblem,
   cidrProblem,
   parseCidr,
+  withoutLeadingZeros,
 } from "../net/ip.ts";
 
 /** What is wrong with a range, in the words of a configuration message. */
-export const RANGE_PROBLEMS: Record<CidrProblem, string> = {
+const RANGE_PROBLEMS: Record<CidrProblem, string> = {
   not_an_address: "that is no IPv4 or IPv6 address",
+  leading_zero: "leading zeros are not allowed, as some read them as octal",
   prefix_malformed:
     "its prefix length after / must be a number without a leading zero",
   prefix_too_long: "its prefix length is at most 32 for IPv4 and 128 for IPv6",
   host_bits_set:
     "its host bits must be zero: write the network's first address, such as 10.0.0.0/8",
 };
+
+/**
+ * What is wrong with `text` as a range, in the words of a message, with the
+ * range to write instead where one can be told (`10.0.0.0/8` for
+ * `010.0.0.0/8`); "that is no IPv4 or IPv6 address" if it is in fact one.
+ */
+export function rangeProblem(text: string): string {
+  const problem = cidrProblem(text) ?? "not_an_address";
+  const words = RANGE_PROBLEMS[problem];
+  if (problem !== "leading_zero") return words;
+  // The first number at fault, such as 010 (at most three digits).
+  const zeroed = /(?:^|[.:])(0\d{1,2})(?=[./]|$)/.exec(text)?.[1];
+  const bare = withoutLeadingZeros(text);
+  return `leading zeros are not allowed, as ${
+    zeroed ?? "such a number"
+  } may be read as octal: write ${
+    parseCidr(bare) === null ? "each number without them" : bare
+  }`;
+}
 
 /** The server's configuration, fully parsed and validated. */
 export interface Config {
@@ -219,7 +240,7 @@ export function readKeyRateLimit(env: EnvReader): RateLimit | null {
 }
 
 /** The whole-number settings: each variable with its default and range, once. */
-const WHOLE_NUMBERS = {
+export const WHOLE_NUMBERS = {
   PORT: { default: 8000, min: 0, max: 65535 },
   LOCKOUT_MAX_FAILURES: {
     default: DEFAULT_LOCKOUT.maxFailures,
@@ -294,9 +315,7 @@ function trustedProxies(env: EnvReader): Cidr[] {
       throw new ConfigError(
         `TRUSTED_PROXIES must list addresses or CIDR ranges such as 10.0.0.5/32,fd00::/64, separated by commas; ${
           JSON.stringify(item.trim())
-        } is not one (${
-          RANGE_PROBLEMS[cidrProblem(item.trim()) ?? "not_an_address"]
-        })`,
+        } is not one (${rangeProblem(item.trim())})`,
       );
     }
     return cidr;

@@ -236,6 +236,19 @@ function rows(key: { identify: () => string }): Row[] {
       error: "rate_too_large",
     },
     {
+      args: [
+        "create",
+        "--name",
+        "x",
+        "--email",
+        "a@b.example",
+        "--rate",
+        "0/min",
+      ],
+      exit: 2,
+      error: "invalid_rateLimit",
+    },
+    {
       args: ["create", "--name", "x", "--email", "a@b.example", "--expires-in"],
       exit: 2,
       error: "option_value_missing",

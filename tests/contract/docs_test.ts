@@ -327,8 +327,11 @@ function documentedConsoleCommands(): { where: string; args: string[] }[] {
     for (const match of text.matchAll(/deno task (?:-q )?keys ([^\n`]*)/g)) {
       // Placeholders of the usage lines, not commands.
       if (/^<|\$\{/.test(match[1])) continue;
-      // A usage line's optional parts ([--json]) are not arguments.
-      const line = match[1].replace(/\[[^\]]*\]/g, "");
+      // A usage line's optional parts ([--json]) are not arguments, and of
+      // a required choice ((--allow-from RANGES | --rate RATE)...) the first
+      // alternative stands for it.
+      const line = match[1].replace(/\[[^\]]*\]/g, "")
+        .replace(/\(([^|)]*)\|[^)]*\)(?:\.\.\.)?/g, "$1");
       const args: string[] = [];
       for (
         const word of line.matchAll(

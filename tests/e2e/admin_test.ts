@@ -52,6 +52,29 @@ Deno.test("--help on the console and on every command prints usage and exits 0",
   }
 });
 
+Deno.test("keys help COMMAND prints that command's help, as keys COMMAND --help does; an unknown or second command is a usage error", async () => {
+  using dir = tempDir();
+  for (const command of ["create", "update"]) {
+    const asked = await keys(dir.path, ["help", command]);
+    const flag = await keys(dir.path, [command, "--help"]);
+    assert.equal(asked.code, 0, asked.stderr);
+    assert.match(
+      asked.stdout,
+      new RegExp(`Usage: deno task -q keys ${command}`),
+    );
+    assert.equal(asked.stdout, flag.stdout);
+  }
+  const json = await keys(dir.path, ["help", "create", "--json"]);
+  assert.equal(json.code, 0, json.stderr);
+  assert.match(JSON.parse(json.stdout).help, /keys create/);
+  const unknown = await keys(dir.path, ["help", "frobnicate", "--json"]);
+  assert.equal(unknown.code, 2);
+  assert.equal(JSON.parse(unknown.stdout).error.code, "unknown_command");
+  const two = await keys(dir.path, ["help", "create", "list", "--json"]);
+  assert.equal(two.code, 2);
+  assert.equal(JSON.parse(two.stdout).error.code, "argument_extra");
+});
+
 Deno.test("keys --help lists every command of the registry and names every variable the keys task may read", async () => {
   using dir = tempDir();
   const result = await keys(dir.path, ["--help"]);
@@ -549,6 +572,46 @@ Deno.test("piped output carries no colour codes, even for revoked and exposed ke
   }
 });
 
+Deno.test("piped list and audit show the longest EXPIRES, RATE and ACTION values whole, not cut with an ellipsis", async () => {
+  using dir = tempDir();
+  const made = await keys(dir.path, [
+    "create",
+    "--name",
+    "berlin-erp",
+    "--email",
+    "ops@example.com",
+    "--rate",
+    "1000000000/86399s",
+    "--json",
+  ]);
+  assert.equal(made.code, 0, made.stderr);
+  // Key 1 is retiring for an hour: "in 59 minutes (retiring)".
+  const rotate = await keys(dir.path, [
+    "rotate",
+    "berlin-erp",
+    "--overlap",
+    "1h",
+    "--yes",
+    "--json",
+  ]);
+  assert.equal(rotate.code, 0, rotate.stderr);
+  for (const change of [["--rate", "5/min"], ["--allow-from", "10.0.0.0/8"]]) {
+    const updated = await keys(dir.path, ["update", "2", ...change]);
+    assert.equal(updated.code, 0, updated.stderr);
+  }
+  const list = await keys(dir.path, ["list"]);
+  assert.equal(list.code, 0, list.stderr);
+  assert.match(list.stdout, /\bin (59 minutes|1 hour) \(retiring\) /);
+  assert.match(list.stdout, / 1000000000\/86399s\b/);
+  // No cell is cut (a hint's ellipsis stands for the key's hidden middle).
+  assert.ok(!list.stdout.replaceAll("isk_…", "").includes("…"), list.stdout);
+  const audit = await keys(dir.path, ["audit"]);
+  assert.equal(audit.code, 0, audit.stderr);
+  const actions = audit.stdout.split("\n").slice(1).filter((l) => l !== "")
+    .map((line) => line.slice(22).split(/\s+/)[0]);
+  assert.deepEqual(actions, ["create", "rotate", "rate_limit", "allow_from"]);
+});
+
 Deno.test("revoke and rotate do not ask when stdin is not a terminal, whatever it holds", async () => {
   using dir = tempDir();
   await createKey(dir.path, "berlin");
@@ -635,7 +698,8 @@ Deno.test({
     await seed(dir.path, records);
     const wide = await clocked(
       dir.path,
-      (cwd) => atTerminal(cwd, ["list", "--all"], { columns: 220 }),
+      // Wide enough for every column of list --all at its full width.
+      (cwd) => atTerminal(cwd, ["list", "--all"], { columns: 250 }),
     );
     assert.equal(wide.code, 0, wide.stdout);
     assert.ok(wide.stdout.includes("\x1b[31mrevoked\x1b[39m"), wide.stdout);

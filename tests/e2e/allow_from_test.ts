@@ -210,3 +210,24 @@ Deno.test("keys update and create refuse a range that is not one with exit 2, na
   assert.equal(listed.length, 1);
   assert.equal(listed[0].allowFrom, null);
 });
+
+Deno.test("keys create --allow-from 010.0.0.0/8 is refused for its leading zero, read as octal by some, suggesting 10.0.0.0/8", async () => {
+  using dir = tempDir();
+  const result = await keys(dir.path, [
+    "create",
+    "--name",
+    "n",
+    "--email",
+    "n@example.com",
+    "--allow-from",
+    "010.0.0.0/8",
+    "--json",
+  ]);
+  assert.equal(result.code, 2, result.stderr);
+  const { error } = JSON.parse(result.stdout);
+  assert.equal(error.code, "invalid_allowFrom");
+  assert.match(
+    error.message,
+    /\(leading zeros are not allowed, as 010 may be read as octal: write 10\.0\.0\.0\/8\)/,
+  );
+});

@@ -132,16 +132,65 @@ Deno.test("a bad DATABASE_URL stops the start with one line naming the variable,
   }
 });
 
-Deno.test("the console facing a database that is not running fails at once with one line, exit code 1", async () => {
+Deno.test("the console and the server facing a database that is not running fail at once with one line naming the address and DATABASE_URL, exit code 1", async () => {
   using dir = tempDir();
+  const port = freePort();
+  const env = {
+    DATABASE_URL: `postgres://app:s3cret-pw@127.0.0.1:${port}/keys`,
+  };
+  const expected =
+    `Nothing accepts connections at 127.0.0.1:${port}, where DATABASE_URL points: start PostgreSQL there, or fix the host and port in DATABASE_URL`;
   const started = performance.now();
-  const result = await keys(dir.path, ["list"], {
-    DATABASE_URL: `postgres://app@127.0.0.1:${freePort()}/keys`,
-  });
+  const result = await keys(dir.path, ["list"], env);
   assert.equal(result.code, 1);
-  assert.match(
-    result.stderr.trim(),
-    /^The command failed: The key store cannot be opened: .*check that PostgreSQL is running and that DATABASE_URL points at it, then try again$/,
-  );
+  assert.equal(result.stderr.trim(), expected);
   assert.ok(performance.now() - started < 10_000);
+  const json = await keys(dir.path, ["list", "--json"], env);
+  assert.equal(JSON.parse(json.stdout).error.code, "store_unavailable");
+  const start = await runTask("start", {
+    cwd: dir.path,
+    env: { ...env, PORT: "0", HOST: "127.0.0.1" },
+  });
+  assert.equal(start.code, 1);
+  assert.equal(start.stderr.trim(), expected);
+  assert.ok(!(result.stderr + start.stderr).includes("s3cret-pw"));
+});
+
+Deno.test({
+  name:
+    "a role or database PostgreSQL does not have stops the console and the server with one line naming it, DATABASE_URL and the fix",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using database = await freshDatabase();
+    const suffix = crypto.randomUUID().slice(0, 8);
+    const noRole = new URL(database.url);
+    noRole.username = `nouser_${suffix}`;
+    const noDatabase = new URL(database.url);
+    noDatabase.pathname = `/nodb_${suffix}`;
+    const cases: [URL, string][] = [
+      [
+        noRole,
+        `PostgreSQL does not let user nouser_${suffix} connect (no such role, or no pg_hba.conf entry for it): create the role (createuser nouser_${suffix}), allow it in pg_hba.conf, or fix the user in DATABASE_URL`,
+      ],
+      [
+        noDatabase,
+        `PostgreSQL has no database nodb_${suffix}: create it (createdb -O ${
+          decodeURIComponent(noDatabase.username)
+        } nodb_${suffix}) or fix the database in DATABASE_URL`,
+      ],
+    ];
+    for (const [url, expected] of cases) {
+      const env = { DATABASE_URL: url.href };
+      const console = await keys(dir.path, ["list"], env);
+      assert.equal(console.code, 1);
+      assert.equal(console.stderr.trim(), expected);
+      const start = await runTask("start", {
+        cwd: dir.path,
+        env: { ...env, PORT: "0", HOST: "127.0.0.1" },
+      });
+      assert.equal(start.code, 1);
+      assert.equal(start.stderr.trim(), expected);
+    }
+  },
 });

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   ConfigError,
   envFileNames,
+  rangeProblem,
   readConfig,
   readStoreLocation,
 } from "../../lib/server/config.ts";
@@ -236,4 +237,35 @@ Deno.test("readConfig() takes SOCKET_PATH as an absolute path that fits a Unix s
       bad,
     );
   }
+});
+
+Deno.test("a range with a leading zero in an IPv4 number is refused for the zero, as octal, with the range without it to write", () => {
+  const cases: [string, string][] = [
+    ["010.0.0.0/8", "write 10.0.0.0/8"],
+    ["192.168.001.0/24", "write 192.168.1.0/24"],
+    ["::ffff:010.0.0.1", "write ::ffff:10.0.0.1"],
+    // Without the zero it is still no range: no guess is offered.
+    ["010.1.0.0/8", "write each number without them"],
+  ];
+  for (const [text, fix] of cases) {
+    assert.equal(cidrProblem(text), "leading_zero", text);
+    assert.equal(parseCidr(text), null, text);
+    const zeroed = /(^|\.)(0\d+)/.exec(text.replace(/^::ffff:/, ""))![2];
+    assert.equal(
+      rangeProblem(text),
+      `leading zeros are not allowed, as ${zeroed} may be read as octal: ${fix}`,
+    );
+  }
+  // IPv6 groups may have leading zeros, and hex or a bad prefix is no octal.
+  assert.equal(cidrProblem("2001:0db8::/32"), null);
+  assert.equal(cidrProblem("0x10.0.0.0/8"), "not_an_address");
+  assert.equal(cidrProblem("10.0.0.0/08"), "prefix_malformed");
+  assert.throws(
+    () => readConfig(env({ TRUSTED_PROXIES: "010.0.0.5" })),
+    (error: unknown) =>
+      error instanceof ConfigError &&
+      error.message.endsWith(
+        '"010.0.0.5" is not one (leading zeros are not allowed, as 010 may be read as octal: write 10.0.0.5)',
+      ),
+  );
 });

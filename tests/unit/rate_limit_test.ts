@@ -215,3 +215,16 @@ Deno.test("a count past the largest allowed is refused as too large, however man
     );
   }
 });
+
+Deno.test("a count of 0 is refused as out of range (1 to 1000000000), not as something that is no rate", () => {
+  for (const text of ["0/min", "00/s", "0/10s"]) {
+    assert.throws(
+      () => parseRate(text),
+      (error: unknown) =>
+        error instanceof RateSyntaxError &&
+        error.code === "invalid_rateLimit" &&
+        error.message.includes("1 to 1000000000"),
+      text,
+    );
+  }
+});

@@ -286,6 +286,61 @@ export function asUnavailable(error: unknown, what: string): unknown {
   );
 }
 
+/** Where DATABASE_URL points, as an opening's failure names it. */
+interface Target {
+  user: string;
+  database: string;
+  address: string;
+}
+
+/**
+ * The sentences for a database that cannot be opened, by the server's error
+ * code (PostgreSQL's SQLSTATE) or the socket's: what is wrong, and the fix.
+ */
+const OPEN_FAILURES: Record<string, (target: Target) => string> = {
+  // invalid_authorization_specification: no such role, or pg_hba.conf.
+  "28000": ({ user }) =>
+    `PostgreSQL does not let user ${user} connect (no such role, or no pg_hba.conf entry for it): create the role (createuser ${user}), allow it in pg_hba.conf, or fix the user in DATABASE_URL`,
+  // invalid_password
+  "28P01": ({ user }) =>
+    `PostgreSQL refused the password of user ${user}: fix the password in DATABASE_URL, or set it with ALTER ROLE ${user} PASSWORD`,
+  // invalid_catalog_name
+  "3D000": ({ user, database }) =>
+    `PostgreSQL has no database ${database}: create it (createdb -O ${user} ${database}) or fix the database in DATABASE_URL`,
+  ECONNREFUSED: ({ address }) =>
+    `Nothing accepts connections at ${address}, where DATABASE_URL points: start PostgreSQL there, or fix the host and port in DATABASE_URL`,
+};
+
+/**
+ * Why the database at `url` could not be opened: a missing role or
+ * database, a wrong password or nothing listening, told by its code, in one
+ * sentence naming DATABASE_URL and the fix (never the password); any other
+ * failure as {@linkcode asUnavailable} words it.
+ */
+export function openFailure(error: unknown, url: string): unknown {
+  const code = error instanceof Error
+    ? (error as { code?: unknown }).code
+    : undefined;
+  // A server's code only from the server, a socket's only from the driver.
+  const known = typeof code === "string" &&
+    Object.hasOwn(OPEN_FAILURES, code) &&
+    (error instanceof postgres.PostgresError) === /^[0-9]/.test(code);
+  if (!known) return asUnavailable(error, "The key store cannot be opened");
+  const parsed = new URL(url);
+  const name = (text: string) =>
+    /^[\w.-]+$/.test(text) ? text : JSON.stringify(text);
+  const user = decodeURIComponent(parsed.username);
+  return new StoreUnavailableError(
+    "store_unavailable",
+    OPEN_FAILURES[code]({
+      user: name(user),
+      database: name(decodeURIComponent(parsed.pathname.slice(1)) || user),
+      address: `${parsed.hostname}:${parsed.port || 5432}`,
+    }),
+    { cause: error },
+  );
+}
+
 /** Whether the driver or the server says the database is out of reach for now. */
 function isOutage(error: Error): boolean {
   if (error instanceof DeadlineError) return true;

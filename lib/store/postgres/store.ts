@@ -20,9 +20,9 @@ import { nameKey } from "../records.ts";
 import type { AuditEntry, ChangeOptions, KeyRecord } from "../types.ts";
 import { bounded } from "../../util/bounded.ts";
 import {
-  asUnavailable,
   callTimeoutMs,
   connect,
+  openFailure,
   Pool,
   type PostgresStoreOptions,
   type Sql,
@@ -55,9 +55,7 @@ export async function openPostgresStore(
     await bounded(migrateWith(sql), callTimeoutMs(options));
   } catch (error) {
     await sql.end({ timeout: 1 });
-    throw error instanceof SchemaVersionError
-      ? error
-      : asUnavailable(error, "The key store cannot be opened");
+    throw error instanceof SchemaVersionError ? error : openFailure(error, url);
   }
   return new KeyService(new PostgresBackend(new Pool(sql, options)));
 }

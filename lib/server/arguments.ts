@@ -1,0 +1,87 @@
+/**
+ * The server's command line: it takes no arguments, as every setting is an
+ * environment variable, except `--help` (or `-h`), which lists them.
+ *
+ * @module
+ */
+
+import { WHOLE_NUMBERS } from "./config.ts";
+import { SERVER_VARIABLES } from "./permissions.ts";
+
+/** Where the variables are described in full. */
+const DOCS = "docs/operators.md#configuration";
+
+/** What a command line asks the server to do. */
+export type StartRequest = "serve" | "help";
+
+/** An argument the server does not take; exit code 2, as for a usage error. */
+export class StartArgumentsError extends Error {
+  override name = "StartArgumentsError";
+  /** Stable, for a caller to match on. */
+  readonly code = "arguments_refused";
+  /** The exit code of a usage error. */
+  readonly exitCode = 2;
+  constructor() {
+    super(
+      `The server takes no arguments; configure it with environment variables (PORT, HOST, DENO_KV_PATH, DATABASE_URL, …), see ${DOCS} or run it with --help`,
+    );
+  }
+}
+
+/**
+ * What `args` asks for: none to serve, `--help` or `-h` alone for the
+ * summary of the variables; anything else throws a
+ * {@linkcode StartArgumentsError}, which never repeats the arguments.
+ */
+export function readStartArguments(args: readonly string[]): StartRequest {
+  if (args.length === 0) return "serve";
+  if (args.length === 1 && (args[0] === "--help" || args[0] === "-h")) {
+    return "help";
+  }
+  throw new StartArgumentsError();
+}
+
+/** What each variable the server reads sets, in a few words. */
+const MEANINGS: Record<(typeof SERVER_VARIABLES)[number], string> = {
+  PORT: "port to listen on, 0 for any free port",
+  HOST: "address to listen on (default 0.0.0.0; :: for dual-stack)",
+  DENO_KV_PATH: "the Deno KV store (default ./data/keys.db)",
+  DATABASE_URL: "postgres://USER@HOST:PORT/DB: use PostgreSQL instead",
+  TRUSTED_PROXIES: "proxies whose X-Forwarded-For is read (CIDR ranges)",
+  TRUST_PROXY_HOPS: "no longer accepted; use TRUSTED_PROXIES",
+  LOCKOUT_MAX_FAILURES: "failed authentications that lock a client",
+  LOCKOUT_WINDOW_SECONDS: "the window those failures are counted in",
+  LOCKOUT_SECONDS: "how long a lock lasts",
+  TLS_CERT_FILE: "PEM certificate, with TLS_KEY_FILE: serve HTTPS",
+  TLS_KEY_FILE: "PEM private key, with TLS_CERT_FILE",
+  HEADER_TIMEOUT_SECONDS: "time a connection has to send a request head",
+  IDLE_TIMEOUT_SECONDS: "idle time after which a connection is closed",
+  MAX_CONNECTIONS: "open connections before the longest-idle is closed",
+  REUSE_PORT: "1 to share HOST:PORT with other server processes",
+  SOCKET_PATH: "listen on this Unix socket instead of HOST:PORT",
+};
+
+/** The `--help` text: usage, then one line per variable, with its default and range. */
+export function startHelp(): string {
+  const width = Math.max(...SERVER_VARIABLES.map((name) => name.length));
+  const lines = SERVER_VARIABLES.map((name) => {
+    const rule = (WHOLE_NUMBERS as Record<
+      string,
+      { default: number; min: number; max: number } | undefined
+    >)[name];
+    const range = rule === undefined
+      ? ""
+      : ` (${rule.min} to ${rule.max}; default ${rule.default})`;
+    return `  ${name.padEnd(width)}  ${MEANINGS[name]}${range}`;
+  });
+  return [
+    "Usage: deno task start",
+    "",
+    "The server takes no arguments. It reads these environment variables,",
+    "and a .env file in the working folder:",
+    "",
+    ...lines,
+    "",
+    `Every variable is described in ${DOCS}`,
+  ].join("\n");
+}
