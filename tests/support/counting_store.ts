@@ -1,8 +1,8 @@
 /**
  * A key store that counts what is asked of it, for unit tests that must show
  * a step costs no store read: it wraps a real store (an in-memory Deno KV),
- * counts every call by method, and can be told to fail as an unreachable
- * database does.
+ * counts every call by method, can be told to fail as an unreachable
+ * database does, and can hold a method's calls until the test lets them go.
  *
  * @module
  */
@@ -24,6 +24,12 @@ export interface CountingStore extends AsyncDisposable {
   settled(): Promise<void>;
   /** While true, every call throws StoreUnavailableError, as an outage does. */
   failing: boolean;
+  /**
+   * Holds every call to `method` made from now on before it reaches the
+   * store, as a slow read does, until `release` is called (calls after it
+   * go straight through); `reached` resolves at the first call held.
+   */
+  hold(method: keyof KeyStore): { reached: Promise<void>; release(): void };
   /** Stores a key, uncounted, as {@linkcode storeKey} does. */
   addKey(
     name: string,
@@ -46,6 +52,7 @@ export async function countingStore(): Promise<CountingStore> {
     return promise;
   };
   const control = { failing: false };
+  const held = new Map<string, { reached: () => void; gate: Promise<void> }>();
   const store = new Proxy(inner, {
     get(target, property, receiver) {
       const value = Reflect.get(target, property, receiver);
@@ -66,6 +73,11 @@ export async function countingStore(): Promise<CountingStore> {
               }),
             }
             : Promise.reject(error);
+        }
+        const hold = held.get(property);
+        if (hold !== undefined) {
+          hold.reached();
+          return track(hold.gate.then(() => value.apply(target, args)));
         }
         const result = value.apply(target, args);
         if (result instanceof Promise) return track(result);
@@ -95,6 +107,23 @@ export async function countingStore(): Promise<CountingStore> {
     },
     set failing(value) {
       control.failing = value;
+    },
+    hold(method) {
+      if (STREAMS.has(method)) throw new TypeError(`${method} is a stream`);
+      let reached = () => {};
+      let release = () => {};
+      const hold = {
+        reached: () => reached(),
+        gate: new Promise<void>((resolve) => (release = resolve)),
+      };
+      held.set(method, hold);
+      return {
+        reached: new Promise<void>((resolve) => (reached = resolve)),
+        release: () => {
+          if (held.get(method) === hold) held.delete(method);
+          release();
+        },
+      };
     },
     addKey: (name, options) => storeKey(inner, name, options),
     [Symbol.asyncDispose]: () => inner.close(),

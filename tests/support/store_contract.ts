@@ -58,9 +58,14 @@ export function importedKey(
 
 /**
  * Audit lines enough that a store writing an import in batches has written
- * the keys before them by the time it has taken them all.
+ * the keys before them by the time it has taken them all: the import hands
+ * the backend batches of 500 items (lib/store/import.ts) and keeps the last
+ * partial one until its input ends, and Deno KV's backend commits a batch
+ * once it passes 500 mutations, so the keys' commit needs two full batches
+ * after them. (450 lines, as before, left every key in memory: a test
+ * pausing there never saw a staged key.)
  */
-export function fillerLines(count = 450): ExportItem[] {
+export function fillerLines(count = 1_000): ExportItem[] {
   return Array.from({ length: count }, () => ({
     type: "audit" as const,
     entry: {
@@ -1076,6 +1081,30 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       ok: false,
       reason: "revoked",
     });
+  });
+
+  test("a key of an unfinished import is not found by its hash, the read a request's lookup makes, until the import is published", async (store) => {
+    const a = importedKey(1);
+    const items: ExportItem[] = [
+      { type: "key", record: a.record },
+      ...fillerLines(),
+    ];
+    // Paused after every line: a store that writes in batches has staged
+    // the key's batch by now (see fillerLines), and only publishing is left.
+    const run = pausedImport(items, items.length);
+    const importing = store.importAll(run.items, { actor: ACTOR });
+    await run.paused;
+    // The record and the import marker are read together: a staged key
+    // must not be handed to a lookup that missed the marker elsewhere
+    // (its index of hashes), nor to a console command asking about a key.
+    assert.equal((await store.findByHashAt(a.record.hash)).record, null);
+    assert.equal(await store.findByHash(a.record.hash), null);
+    run.go();
+    assert.deepEqual(await importing, { keys: 1, audit: fillerLines().length });
+    const found = await store.findByHashAt(a.record.hash);
+    assert.equal(found.record?.id, 1);
+    assert.equal(found.record?.status, "valid");
+    assert.equal((await store.findByHash(a.record.hash))?.id, 1);
   });
 
   test("a second import while one runs is refused at once, and only the first one's keys land", async (store) => {

@@ -145,6 +145,30 @@ Deno.test("a success notes the key as last used and lifts no lock, nor the failu
   assert.ok(record?.lastUsedAt, "last use written");
 });
 
+Deno.test("a valid key whose lookup is still out when the same burst locks the client gets 429, and its answer unlocks nothing", async () => {
+  await using t = await setup();
+  // The valid key's record read (a cold cache) is held mid-way, so the
+  // request passed the first lock-out check before the client was locked.
+  const read = t.counting.hold("findByHashAt");
+  const valid = t.check(t.key);
+  await read.reached;
+  // The rest of the burst: invented keys from the same client, refused by
+  // the index without a record read, lock it meanwhile.
+  const invented = await Promise.all(
+    Array.from({ length: THRESHOLD }, () => t.check(generateApiKey().key)),
+  );
+  assert.deepEqual(invented.map(status), Array(THRESHOLD).fill(401));
+  assert.equal(t.logged.filter((line) => line.msg === "lockout").length, 1);
+  read.release();
+  const decision = await valid;
+  assert.ok(!decision.ok, "answered after the lock: refused");
+  assert.equal(decision.response.status, 429);
+  assert.equal((await decision.response.json()).error, "locked_out");
+  // Had it succeeded, the address would pass every lock from then on.
+  assert.equal(status(await t.check(t.key)), 429, "still locked, valid key");
+  assert.equal(status(await t.check(generateApiKey().key)), 429);
+});
+
 Deno.test("a store that cannot be read throws StoreUnavailableError and counts no failure toward the lock-out", async () => {
   await using t = await setup();
   t.counting.failing = true;
