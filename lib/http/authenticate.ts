@@ -213,12 +213,14 @@ export function createAuthenticator(
     if (limit !== null) {
       // After every check of the key, so that only a valid key's request
       // is counted, and a refusal here is never a failed authentication.
-      // In a rotation's overlap the old key counts against its replacement's
-      // budget: both serve one installation, which would otherwise get
-      // twice its limit for as long as the overlap lasts.
-      const bucket = record.replacedBy ?? record.id;
-      const decision = limiter.take(bucket, limit, {
-        share: peers === undefined ? limit.count : peers.share(limit, bucket),
+      // Counted per key, the two keys of a rotation's overlap included:
+      // counted together, whoever holds the old key (a leaked one, most
+      // often the reason to rotate) could use up the budget and keep the
+      // new key refused, and its first use from retiring the old one.
+      const decision = limiter.take(record.id, limit, {
+        share: peers === undefined
+          ? limit.count
+          : peers.share(limit, record.id),
         scale: peers?.count ?? 1,
       });
       headers = rateLimitHeaders(limit, decision);

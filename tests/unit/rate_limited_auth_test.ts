@@ -161,24 +161,32 @@ Deno.test("among several servers a server accepts its share only, and its RateLi
   assert.match(first!, new RegExp(`^"key";r=${(share - 1) * 3};t=6\\d$`));
 });
 
-Deno.test("during a rotation's overlap the old and the new key share one budget, so the installation never gets twice its limit", async () => {
+Deno.test("during a rotation's overlap, the old key's holder using up its budget leaves the new key's untouched, and the new key's first use retires the old one", async () => {
   await using t = await setup({ count: 4, windowSeconds: 60 });
   const replacement = generateApiKey();
   const old = (await t.counting.store.findByHash(hashApiKey(t.key)))!;
   await t.counting.store.rotate(old.id, replacement, {
     actor: "t",
     overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+    untilFirstUse: true,
   });
   await t.counting.settled();
-  const statuses: number[] = [];
-  for (const key of [t.key, replacement.key, t.key, replacement.key]) {
-    for (let i = 0; i < 2; i++) {
+  const statuses = async (key: string, count: number) => {
+    const seen: number[] = [];
+    for (let i = 0; i < count; i++) {
       const response = await t.call(key);
       await response.body?.cancel();
-      statuses.push(response.status);
+      seen.push(response.status);
     }
-  }
-  // 4 per minute between them: the old key's two, the new key's two, then
-  // 429 for either.
-  assert.deepEqual(statuses, [200, 200, 200, 200, 429, 429, 429, 429]);
+    return seen;
+  };
+  assert.deepEqual(await statuses(t.key, 6), [200, 200, 200, 200, 429, 429]);
+  assert.deepEqual(await statuses(replacement.key, 1), [200]);
+  await t.counting.settled();
+  assert.equal(
+    (await t.counting.store.get(old.id))!.status,
+    "revoked",
+    "the new key's first use retired the old one",
+  );
+  assert.deepEqual(await statuses(t.key, 1), [401]);
 });
