@@ -113,6 +113,22 @@ async function main(): Promise<number> {
   Deno.addSignalListener("SIGTERM", onTerm);
   let exited = false;
   server.process.status.then(() => exited = true);
+  // However the soak ends, a throw included: the probe closed and a server
+  // still running killed, since with an inspector session attached it
+  // would ignore the SIGTERM of `await using` and hang the soak.
+  using _cleanup = {
+    [Symbol.dispose]() {
+      heap[Symbol.dispose]();
+      Deno.removeSignalListener("SIGINT", onInt);
+      Deno.removeSignalListener("SIGTERM", onTerm);
+      if (exited) return;
+      try {
+        server.process.kill("SIGKILL");
+      } catch {
+        // gone meanwhile
+      }
+    },
+  };
 
   const kinds: Kind[] = Array.from(
     { length: CONNECTIONS },
@@ -178,7 +194,7 @@ async function main(): Promise<number> {
   const startRss = await rssBytes(pid);
   const started = Date.now();
   const sampler = setInterval(
-    async () => samples.push(await rssBytes(pid)),
+    () => rssBytes(pid).then((bytes) => samples.push(bytes), () => {}),
     1000,
   );
   const live: number[] = [];
@@ -209,8 +225,6 @@ async function main(): Promise<number> {
   await sampleLive();
   const exitedEarly = exited;
   heap[Symbol.dispose]();
-  Deno.removeSignalListener("SIGINT", onInt);
-  Deno.removeSignalListener("SIGTERM", onTerm);
   await server.stop();
 
   console.log(
