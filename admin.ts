@@ -117,7 +117,19 @@ export async function main(
             }: its fields could not be read, so every change would have waited for it; a server behind it registers afresh`,
           );
         }
-        const lapsed = done.lapsed.filter((server) => !server.broken);
+        const gone = done.lapsed.filter((server) => server.gone);
+        if (gone.length > 0) {
+          report(
+            `${servers(gone.length)} stopped, or lost ${
+              gone.length === 1 ? "its lease" : "their leases"
+            }, before confirming (${
+              gone.map(describeServer).join(", ")
+            }); each reads the store again before it answers a request`,
+          );
+        }
+        const lapsed = done.lapsed.filter((server) =>
+          !server.broken && !server.gone
+        );
         if (lapsed.length === 0) return;
         report(
           `${servers(lapsed.length)} did not confirm before ${

@@ -269,7 +269,9 @@ async function measure(
         const { ms, stderr } = await viaConsole(keys.shift()!);
         result.consoleFrozen.push(ms);
         if (stderr.includes("Waiting up to")) result.toldWaiting++;
-        if (stderr.includes("did not confirm")) result.toldLapsed++;
+        if (/did not confirm|before confirming/.test(stderr)) {
+          result.toldLapsed++;
+        }
       }
       await thaw();
       await freeze();

@@ -160,7 +160,7 @@ export async function awaitAcknowledgement(
       for (const [id, instance] of owed) {
         if (present.has(id)) continue;
         owed.delete(id);
-        lapsed.push(describe(instance));
+        lapsed.push({ ...describe(instance), gone: true });
       }
       for (const instance of registrations) {
         if (instance.acked >= revision) {

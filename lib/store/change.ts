@@ -66,8 +66,15 @@ export interface ChangeKind<A extends Alters> {
   readonly alters: A;
 }
 
-/** A server that did not acknowledge, and whose lease ran out instead (or that stopped meanwhile); or, `broken`, a registration that could not be read. */
-export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken">;
+/**
+ * A server that did not acknowledge, and whose lease ran out instead; or,
+ * `gone`, one seen owing whose registration was gone at the next read (it
+ * stopped, or another wait saw its lease run out first); or, `broken`, a
+ * registration that could not be read.
+ */
+export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken"> & {
+  gone?: true;
+};
 
 /** How a wait for the servers went, for progress lines and the benchmark. */
 export interface AcknowledgeReport {

@@ -17,7 +17,7 @@
 import { networkKey } from "../net/client_address.ts";
 import { type Cidr, cidrContains, parseCidr, parseIp } from "../net/ip.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
-import { byKey, REFUSED_KEPT } from "../store/usage_lists.ts";
+import { byKey, NETWORKS_KEPT, REFUSED_KEPT } from "../store/usage_lists.ts";
 import { BackgroundRecorder, type RecorderOptions } from "../store/recorder.ts";
 
 const MINUTE = 60_000;
@@ -99,8 +99,12 @@ export class UsageRecorder extends BackgroundRecorder {
     if (budget === undefined || now - budget.since >= MINUTE) {
       this.#perKey.set(id, budget = { since: now, count: 0 });
     }
+    // A key's first few notes of the minute pass the flush's cap: otherwise
+    // a flood on other keys could hide a stolen key's first use elsewhere.
+    // There are no more such notes than a few per key in use.
     if (
-      this.#networks.length >= NETWORK_NOTES_MAX ||
+      (budget.count >= NETWORKS_KEPT &&
+        this.#networks.length >= NETWORK_NOTES_MAX) ||
       budget.count >= NETWORK_NOTES_PER_KEY
     ) {
       this.#dropped++;
@@ -138,8 +142,8 @@ export class UsageRecorder extends BackgroundRecorder {
       // one key costs no other key its notes; the first failure is then
       // logged by the recorder.
       const failures: unknown[] = [];
-      if (refused.length > 0) {
-        await this.#store.recordRefusedUses(refused).catch((error) =>
+      for (const [, uses] of byKey(refused)) {
+        await this.#store.recordRefusedUses(uses).catch((error) =>
           failures.push(error)
         );
       }

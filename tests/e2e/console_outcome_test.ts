@@ -282,7 +282,10 @@ for (const { label, postgres: onPostgres } of STORES) {
         store.env,
       );
       assert.equal(next.code, 0, next.stderr);
-      assert.doesNotMatch(next.stderr, /Waiting|broken|did not confirm/);
+      assert.doesNotMatch(
+        next.stderr,
+        /Waiting|broken|did not confirm|before confirming/,
+      );
     },
   });
 }

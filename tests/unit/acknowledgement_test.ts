@@ -45,7 +45,9 @@ Deno.test("a server that owed the change and is gone at the next read is reporte
   // registration between this wait's reads.
   const registry = scripted([[frozen, live], [live]]);
   const report = await awaitAcknowledgement(registry, { revision: 5n });
-  assert.deepEqual(report.lapsed, [{ id: "frozen", host: "web-2", pid: 4242 }]);
+  assert.deepEqual(report.lapsed, [
+    { id: "frozen", host: "web-2", pid: 4242, gone: true },
+  ]);
   assert.deepEqual(
     registry.removed,
     [],

@@ -13,7 +13,7 @@ import {
 } from "../../lib/store/usage_lists.ts";
 import type { NetworkUse } from "../../lib/store/types.ts";
 import { LastUsedRecorder } from "../../lib/usage/last_used.ts";
-import { UsageRecorder } from "../../lib/usage/networks.ts";
+import { NETWORK_NOTES_MAX, UsageRecorder } from "../../lib/usage/networks.ts";
 import { countingStore } from "../support/counting_store.ts";
 
 Deno.test("the networks list stays bounded, distinct and first-seen ordered, with first seen never after last seen, over random uses", () => {
@@ -205,5 +205,29 @@ Deno.test("a note that cannot be written for one key costs no other key its note
   assert.deepEqual(lines, [
     { msg: "key_new_network", apiKeyId: second.id, network: "198.51.100.0/24" },
     { msg: "store_write_failed", what: "usage", code: "busy" },
+  ]);
+});
+
+Deno.test("a flood that fills the flush's notes from other keys still lets a key's first use from a new network be logged and audited", async () => {
+  await using counting = await countingStore();
+  const { record: victim } = await counting.addKey("victim");
+  const lines: Record<string, unknown>[] = [];
+  const recorder = new UsageRecorder(counting.store, {
+    flushMs: 60_000,
+    log: (fields) => lines.push(fields),
+  });
+  const now = Date.now();
+  // 10,000 notes from 200 flooding keys (ids no key has: nothing is
+  // written for them) fill the flush's bound.
+  for (let key = 0; key < NETWORK_NOTES_MAX / 50; key++) {
+    for (let i = 0; i < 50; i++) {
+      recorder.used(10_000 + key, lockoutKey(`10.${key}.${i}.7`), now);
+    }
+  }
+  recorder.used(victim.id, lockoutKey("203.0.113.9"), now);
+  await recorder.close();
+  await counting.settled();
+  assert.deepEqual(lines.filter((l) => l.apiKeyId === victim.id), [
+    { msg: "key_new_network", apiKeyId: victim.id, network: "203.0.113.0/24" },
   ]);
 });
