@@ -2,7 +2,9 @@
  * A bounded soak test: `deno task soak`.
  *
  * 64 connections on loopback for 30 s against a real server process: honest
- * clients with valid keys beside attackers: invalid and revoked keys and
+ * clients with valid keys (one key with a rate limit of 100/min, one used
+ * from ever new networks, so that the limiter's counts and the notes of
+ * new networks are part of what must not leak) beside attackers: invalid and revoked keys and
  * checksum-valid invented keys from ever new addresses, one client in a
  * guessing loop, bursts of invented keys from one address at once, idle
  * connections that send nothing and slow heads that dribble a byte a
@@ -44,12 +46,26 @@ const REQUEST_TIMEOUT_MS = 30_000;
 /** The server's default LOCKOUT_MAX_FAILURES. */
 const THRESHOLD = 10;
 
-type Kind = "valid" | "invalid" | "revoked" | "invented" | "guesser";
+type Kind =
+  | "valid"
+  | "limited"
+  | "roaming"
+  | "invalid"
+  | "revoked"
+  | "invented"
+  | "guesser";
 
 /** Which statuses are right for each kind of client. */
 const ALLOWED: Record<Kind, Set<number>> = {
   // Valid-key clients never fail, so they are never locked.
   valid: new Set([200]),
+  // A key with a rate limit: 200 within it, 429 rate_limited past it.
+  limited: new Set([200, 429]),
+  // A valid key from ever new networks: each a first use to note and audit,
+  // which the server bounds per key and per flush. Each request is a
+  // stranger's, so while the floods fill the lock-out's hashed tables some
+  // get a false 429 (the documented cost of tables that never forget).
+  roaming: new Set([200, 429]),
   // Invalid, revoked and invented keys come from ever new addresses: 401,
   // or 429 once their network's or the global failure budget is spent.
   invalid: new Set([401, 429]),
@@ -80,6 +96,15 @@ async function main(): Promise<number> {
   const revoked = await Promise.all(
     Array.from({ length: 4 }, (_, i) => createKey(dir.path, `revoked-${i}`)),
   );
+  const limited = await createKey(dir.path, "limited");
+  const rated = await keys(dir.path, [
+    "update",
+    String(limited.id),
+    "--rate",
+    "100/min",
+  ]);
+  if (rated.code !== 0) throw new Error(rated.stderr);
+  const roaming = await createKey(dir.path, "roaming");
   for (const { id } of revoked) {
     const result = await keys(dir.path, ["revoke", String(id)]);
     if (result.code !== 0) throw new Error(result.stderr);
@@ -141,6 +166,10 @@ async function main(): Promise<number> {
         ? "revoked"
         : i % 8 === 3
         ? "invented"
+        : i % 8 === 4
+        ? "limited"
+        : i % 8 === 5
+        ? "roaming"
         : "valid",
   );
   const counts = new Map<string, number>();
@@ -155,6 +184,13 @@ async function main(): Promise<number> {
       if (kind === "valid") {
         key = valid[n % valid.length].key;
         address = `10.0.${n >> 8}.${n & 255}`;
+      } else if (kind === "limited") {
+        key = limited.key;
+        address = `10.0.${n >> 8}.${n & 255}`;
+      } else if (kind === "roaming") {
+        key = roaming.key;
+        const r = ++fresh;
+        address = `10.${4 + ((r >> 8) & 63)}.${r & 255}.1`;
       } else if (kind === "revoked") {
         key = revoked[n % revoked.length].key;
         address = `10.1.${(++fresh >> 8) & 255}.${fresh & 255}`;
@@ -263,12 +299,24 @@ async function main(): Promise<number> {
   );
 
   const guesserLocked = (counts.get("guesser 429") ?? 0) > 0;
+  const limitHeld = (counts.get("limited 429") ?? 0) > 0 &&
+    (counts.get("limited 200") ?? 0) > 0;
+  const roamed = counts.get("roaming 200") ?? 0;
+  // How many strangers a saturated table refuses grows with the flood,
+  // which grows with the machine's speed: only "served at all" is judged.
+  const roamingServed = roamed > 0;
   // Default LOCKOUT_MAX_FAILURES: ten guesses, then locked for the whole run,
   // however many fresh addresses the other clients flood the tracker with.
   const guesses = counts.get("guesser 401") ?? 0;
   const problems = [
     ...wrong,
     ...(guesserLocked ? [] : ["the guessing client was never locked out"]),
+    ...(limitHeld
+      ? []
+      : ["the rate-limited key was not both served and refused"]),
+    ...(roamingServed ? [] : [
+      "the key used from new networks was never served",
+    ]),
     ...(guesses > 10
       ? [`the guessing client got ${guesses} tries, not 10`]
       : []),
