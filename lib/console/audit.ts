@@ -7,6 +7,7 @@
  */
 
 import { keyLineAudit } from "../store/key_line.ts";
+import { AUDIT_ACTIONS } from "../store/records.ts";
 import type { AuditEntry } from "../store/types.ts";
 import { type Command, KEY_ARGUMENT } from "./command.ts";
 import { jsonText, report } from "./_output.ts";
@@ -62,23 +63,12 @@ function listed(ids: number[]): string {
   return `keys ${ids.slice(0, -1).join(", ")} and ${ids[ids.length - 1]}`;
 }
 
-/** Every action the log records, so that ACTION fits the longest whole. */
-const ACTIONS: Record<AuditEntry["action"], true> = {
-  create: true,
-  revoke: true,
-  rotate: true,
-  expose: true,
-  import: true,
-  allow_from: true,
-  rate_limit: true,
-  network: true,
-};
-
 const AUDIT_COLUMNS: Column<AuditEntry>[] = [
   { heading: "AT", width: 20, cell: (e) => shortTime(e.at) },
   {
     heading: "ACTION",
-    width: Math.max(...Object.keys(ACTIONS).map((action) => action.length)),
+    // Every action whole, the longest included.
+    width: Math.max(...AUDIT_ACTIONS.map((action) => action.length)),
     cell: (e) => e.action,
   },
   // An import brings in every key of its file: no one key to name.

@@ -25,10 +25,12 @@ import {
   withoutLeadingZeros,
 } from "../net/ip.ts";
 
-/** What is wrong with a range, in the words of a configuration message. */
-const RANGE_PROBLEMS: Record<CidrProblem, string> = {
+/**
+ * What is wrong with a range, in the words of a configuration message; a
+ * leading zero's words name the number and the fix ({@linkcode rangeProblem}).
+ */
+const RANGE_PROBLEMS: Record<Exclude<CidrProblem, "leading_zero">, string> = {
   not_an_address: "that is no IPv4 or IPv6 address",
-  leading_zero: "leading zeros are not allowed, as some read them as octal",
   prefix_malformed:
     "its prefix length after / must be a number without a leading zero",
   prefix_too_long: "its prefix length is at most 32 for IPv4 and 128 for IPv6",
@@ -43,8 +45,7 @@ const RANGE_PROBLEMS: Record<CidrProblem, string> = {
  */
 export function rangeProblem(text: string): string {
   const problem = cidrProblem(text) ?? "not_an_address";
-  const words = RANGE_PROBLEMS[problem];
-  if (problem !== "leading_zero") return words;
+  if (problem !== "leading_zero") return RANGE_PROBLEMS[problem];
   // The first number at fault, such as 010 (at most three digits).
   const zeroed = /(?:^|[.:])(0\d{1,2})(?=[./]|$)/.exec(text)?.[1];
   const bare = withoutLeadingZeros(text);

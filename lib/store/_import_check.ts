@@ -12,7 +12,12 @@ import {
   ImportKeyError,
   InvalidFieldError,
 } from "./errors.ts";
-import { MAX_KEY_ID, nameKey, normalizeEmail } from "./records.ts";
+import {
+  AUDIT_ACTIONS,
+  MAX_KEY_ID,
+  nameKey,
+  normalizeEmail,
+} from "./records.ts";
 import { storedRateLimit } from "./rate_limits.ts";
 import type { AuditEntry, KeyRecord, RateLimit } from "./types.ts";
 import {
@@ -36,16 +41,7 @@ const EXPOSED_FROM_MAX = 256;
 const DETAIL_MAX = IMPORT_REASON_MAX + 300;
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$/;
-const ACTIONS = new Set([
-  "create",
-  "revoke",
-  "rotate",
-  "expose",
-  "import",
-  "allow_from",
-  "rate_limit",
-  "network",
-]);
+const ACTIONS = new Set<string>(AUDIT_ACTIONS);
 
 function fail(
   id: unknown,

@@ -18,6 +18,7 @@ import {
   recordAt,
 } from "./expiry.ts";
 import type {
+  AuditEntry,
   ExportItem,
   KeyRecord,
   KeyStore,
@@ -30,6 +31,20 @@ import type {
  * counted and every store's export can be imported again.
  */
 export const MAX_KEY_ID = 2 ** 31 - 1;
+
+/** Every action the audit log records; the compiler holds it to `AuditEntry`. */
+export const AUDIT_ACTIONS = Object.keys(
+  {
+    create: true,
+    revoke: true,
+    rotate: true,
+    expose: true,
+    import: true,
+    allow_from: true,
+    rate_limit: true,
+    network: true,
+  } satisfies Record<AuditEntry["action"], true>,
+) as AuditEntry["action"][];
 
 /** The longest name, in characters (code points after NFC). */
 export const NAME_MAX = 64;

@@ -127,7 +127,8 @@ export class UsageRecorder extends BackgroundRecorder {
   protected take(): (() => Promise<void>) | null {
     if (this.#networks.length === 0 && this.#refused.size === 0) return null;
     const networks = this.#networks;
-    const refused = [...this.#refused].flatMap(([id, uses]) =>
+    // Already one list per key, as each key's notes are written apart.
+    const refused = [...this.#refused].map(([id, uses]) =>
       uses.map((use) => ({ id, ...use }))
     );
     this.#networks = [];
@@ -142,7 +143,7 @@ export class UsageRecorder extends BackgroundRecorder {
       // one key costs no other key its notes; the first failure is then
       // logged by the recorder.
       const failures: unknown[] = [];
-      for (const [, uses] of byKey(refused)) {
+      for (const uses of refused) {
         await this.#store.recordRefusedUses(uses).catch((error) =>
           failures.push(error)
         );
