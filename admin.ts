@@ -117,26 +117,27 @@ export async function main(
             }: its fields could not be read, so every change would have waited for it; a server behind it registers afresh`,
           );
         }
-        const gone = done.lapsed.filter((server) => server.gone);
-        if (gone.length > 0) {
+        // One line per way a server owing the change ended, same shape.
+        const lapsedLine = (
+          lapsed: typeof done.lapsed,
+          what: (lease: string) => string,
+        ) => {
+          if (lapsed.length === 0) return;
           report(
-            `${servers(gone.length)} stopped, or lost ${
-              gone.length === 1 ? "its lease" : "their leases"
-            }, before confirming (${
-              gone.map(describeServer).join(", ")
+            `${servers(lapsed.length)} ${
+              what(lapsed.length === 1 ? "its lease" : "their leases")
+            } (${
+              lapsed.map(describeServer).join(", ")
             }); each reads the store again before it answers a request`,
           );
-        }
-        const lapsed = done.lapsed.filter((server) =>
-          !server.broken && !server.gone
+        };
+        lapsedLine(
+          done.lapsed.filter((server) => server.gone),
+          (lease) => `stopped, or lost ${lease}, before confirming`,
         );
-        if (lapsed.length === 0) return;
-        report(
-          `${servers(lapsed.length)} did not confirm before ${
-            lapsed.length === 1 ? "its lease" : "their leases"
-          } ran out (${
-            lapsed.map(describeServer).join(", ")
-          }); each reads the store again before it answers a request`,
+        lapsedLine(
+          done.lapsed.filter((server) => !server.broken && !server.gone),
+          (lease) => `did not confirm before ${lease} ran out`,
         );
       },
     });
