@@ -1,9 +1,10 @@
-import { changeIn } from "../../lib/store/kv/_change.ts";
+import { changeIn } from "../../lib/store/layout/_change.ts";
+import { REVISION } from "../../lib/store/layout/_keys.ts";
 import { NO_WAIT } from "../../lib/store/change.ts";
 import { retireKey } from "../../lib/store/changes.ts";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import assert from "node:assert/strict";
-import { type KvKeyStore, openKvStore, REVISION } from "../../lib/store/kv.ts";
+import { KvEntries, type KvKeyStore, openKvStore } from "../../lib/store/kv.ts";
 import { leaseContract } from "../support/lease_contract.ts";
 import { storeContract } from "../support/store_contract.ts";
 import { storeKey } from "../support/stored_keys.ts";
@@ -114,7 +115,7 @@ Deno.test("kv store: a change that finds nothing to do reports the revision its 
       // B reads the revision, then, before it reads the new key's record,
       // A (another process) commits the first use's retirement.
       const mine = await changeIn(
-        kv,
+        new KvEntries(kv),
         { name: "retire", alters: "authentication" },
         async (draft) => {
           if (theirs < 0n) {

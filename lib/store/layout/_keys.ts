@@ -1,6 +1,6 @@
 /**
- * The Deno KV store's layout, one key-builder each, and the helpers every
- * part of the KV backend writes through:
+ * The key store's layout on {@linkcode Entries}, whatever the database: one
+ * key-builder each, and the helpers every part of the layout writes through:
  *
  * - `["keys", id]` → KeyRecord, the primary copy
  * - `["keys_by_hash", hash]` → KeyRecord, a full copy so a request needs one read
@@ -28,37 +28,38 @@
 import { expiryMs } from "../expiry.ts";
 import { nameKey, withLifecycle } from "../records.ts";
 import { storedRateLimit } from "../rate_limits.ts";
+import type { Atomic, Entry, EntryKey } from "../entries.ts";
 import { StoreUnavailableError } from "../errors.ts";
 import type { KeyRecord } from "../types.ts";
 
-export function keyById(id: number): Deno.KvKey {
+export function keyById(id: number): EntryKey {
   return ["keys", id];
 }
-export function keyByHash(hash: string): Deno.KvKey {
+export function keyByHash(hash: string): EntryKey {
   return ["keys_by_hash", hash];
 }
-export function keyByName(name: string): Deno.KvKey {
+export function keyByName(name: string): EntryKey {
   return ["keys_by_name", nameKey(name)];
 }
 export const KEY_ID_COUNTER = ["counters", "key_id"] as const;
 /** Bumped by every change; exported for the tests that prove caches see it. */
 export const REVISION = ["revision"] as const;
 export const AUTH_REVISION = ["auth_revision"] as const;
-export function auditKey(revision: bigint): Deno.KvKey {
+export function auditKey(revision: bigint): EntryKey {
   return ["audit", revision];
 }
-export function lastUsedKey(id: number): Deno.KvKey {
+export function lastUsedKey(id: number): EntryKey {
   return ["last_used", id];
 }
-export function networksKey(id: number): Deno.KvKey {
+export function networksKey(id: number): EntryKey {
   return ["networks", id];
 }
-export function refusedKey(id: number): Deno.KvKey {
+export function refusedKey(id: number): EntryKey {
   return ["refused", id];
 }
 export const IMPORTING = ["importing"] as const;
 export const IMPORT_REVISION = ["import_revision"] as const;
-export function instanceKey(id: string): Deno.KvKey {
+export function instanceKey(id: string): EntryKey {
   return ["instances", id];
 }
 /**
@@ -66,10 +67,10 @@ export function instanceKey(id: string): Deno.KvKey {
  * entry may outlive what it says (a key revoked or rotated since): readers
  * check the record and delete the stale entry.
  */
-export function dueKey(ms: number, id: number): Deno.KvKey {
+export function dueKey(ms: number, id: number): EntryKey {
   return ["due", ms, id];
 }
-export function replacedByKey(replacement: number, id: number): Deno.KvKey {
+export function replacedByKey(replacement: number, id: number): EntryKey {
   return ["replaced_by", replacement, id];
 }
 export const INDEXED = ["indexed"] as const;
@@ -95,7 +96,7 @@ export function holdsName(record: KeyRecord): boolean {
 }
 
 /** Writes a record's two copies and the index entries it calls for. */
-export function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
+export function putRecord(op: Atomic, record: KeyRecord): void {
   // Last use and usage live under their own keys; the stored copies hold none.
   const stored = storedRecord(record);
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
@@ -103,9 +104,9 @@ export function putRecord(op: Deno.AtomicOperation, record: KeyRecord): void {
 }
 
 /** The index entries a record calls for (none once it is revoked). */
-export function indexKeys(record: KeyRecord): Deno.KvKey[] {
+export function indexKeys(record: KeyRecord): EntryKey[] {
   if (record.status !== "valid") return [];
-  const keys: Deno.KvKey[] = [];
+  const keys: EntryKey[] = [];
   // An unreadable deadline counts as passed (expiryMs), so it sorts first.
   const due = Math.max(0, expiryMs(record));
   if (due !== Infinity) keys.push(dueKey(due, record.id));
@@ -113,15 +114,6 @@ export function indexKeys(record: KeyRecord): Deno.KvKey[] {
     keys.push(replacedByKey(record.replacedBy, record.id));
   }
   return keys;
-}
-
-/** The store cannot be read: an outage, never "no such key". */
-export function unreadable(cause: unknown): StoreUnavailableError {
-  return new StoreUnavailableError(
-    "store_unavailable",
-    "The key store cannot be read",
-    { cause },
-  );
 }
 
 /** The store stayed busy through every try. */
@@ -138,40 +130,7 @@ export function backoff(tries: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
 }
 
-/**
- * SQLite's "database is locked": another connection holds the write lock.
- * The one place that reads an error's text, because nothing else tells it:
- * Deno (2.9) throws a plain TypeError for it, with no `code`, no
- * `Deno.errors` class and no cause (checked by holding the lock from a second
- * process). Replace this with a class or code check once Deno gives one.
- */
-export function isLocked(error: unknown): boolean {
-  return String(error).includes("database is locked");
-}
-
-/**
- * Commits `op`, waiting out other connections' write locks; a conflict is
- * the caller's to handle.
- */
-export async function commitRetrying(
-  op: Deno.AtomicOperation,
-): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
-  for (let tries = 1;; tries++) {
-    try {
-      return await op.commit();
-    } catch (error) {
-      if (!isLocked(error) || tries >= MAX_TRIES) throw error;
-    }
-    await backoff(tries);
-  }
-}
-
 /** The value of a counter entry, 0 when absent. */
-export function counted(entry: Deno.KvEntryMaybe<Deno.KvU64>): bigint {
+export function counted(entry: Entry<Deno.KvU64>): bigint {
   return entry.value?.value ?? 0n;
-}
-
-/** Whether two KV keys are the same. */
-export function sameKey(a: Deno.KvKey, b: Deno.KvKey): boolean {
-  return a.length === b.length && a.every((part, i) => part === b[i]);
 }

@@ -1,5 +1,5 @@
 /**
- * The KV backend's staged import and its discard. An import cannot be one
+ * The staged import and its discard. An import cannot be one
  * atomic operation, so it writes in batches under the `["importing"]`
  * marker: the marker is set with a revision bump on an empty store, every
  * batch checks that the marker is still its own, and the marker goes with
@@ -15,12 +15,12 @@ import { publishedRevision, type StagedImport } from "../backend.ts";
 import { ImportStateError, StoreInputError } from "../errors.ts";
 import { withLifecycle } from "../records.ts";
 import type { AuditEntry, ChangeOptions, KeyRecord } from "../types.ts";
+import type { Atomic, Check, Entries, EntryKey, KeyPart } from "../entries.ts";
 import {
   auditKey,
   AUTH_REVISION,
   backoff,
   busy,
-  commitRetrying,
   counted,
   IMPORT_REVISION,
   IMPORTING,
@@ -35,7 +35,7 @@ import {
   networksKey,
   refusedKey,
   REVISION,
-} from "./_layout.ts";
+} from "./_keys.ts";
 
 /** The value under `["importing"]`; older versions stored `true`. */
 interface ImportMarker {
@@ -50,7 +50,7 @@ interface ImportMarker {
  * What survives a wipe, so that revisions only ever grow, and so that the
  * servers' registrations, which an import waits on, stay.
  */
-const META_KEYS = new Set<Deno.KvKeyPart>([
+const META_KEYS = new Set<KeyPart>([
   REVISION[0],
   AUTH_REVISION[0],
   "instances",
@@ -70,7 +70,7 @@ const BATCH_LIMITS = { mutations: 500, bytes: 400 * 1024, keyBytes: 40 * 1024 };
  * publishes it or wipes it again; see the module's comment.
  */
 export async function stageIn<T>(
-  kv: Deno.Kv,
+  kv: Entries,
   options: ChangeOptions,
   fill: (staged: StagedImport) => Promise<T>,
 ): Promise<T> {
@@ -102,7 +102,7 @@ export async function stageIn<T>(
 
 /** Ends an unfinished import: a new marker first, then the wipe. */
 export async function discardIn(
-  kv: Deno.Kv,
+  kv: Entries,
   options: ChangeOptions,
 ): Promise<{ revision: bigint; discarded: boolean }> {
   for (let tries = 1;; tries++) {
@@ -116,11 +116,10 @@ export async function discardIn(
     // A new token first: the import, if it still runs, fails at its next
     // batch instead of writing into the store being emptied.
     const revision = counted(current) + 1n;
-    const res = await commitRetrying(
-      moveRevision(kv.atomic().check(current, marker), revision)
-        .set(IMPORTING, newMarker("aborting", options)),
-    );
+    const res = await moveRevision(kv.atomic().check(current, marker), revision)
+      .set(IMPORTING, newMarker("aborting", options)).commit();
     if (res.ok) {
+      await kv.hint?.();
       const ours = { key: IMPORTING, versionstamp: res.versionstamp };
       return { revision: await wipe(kv, ours), discarded: true };
     }
@@ -133,7 +132,7 @@ export async function discardIn(
  * Builds the due and replaced-by indexes of a store written before they
  * existed: one scan, once per store, then never again.
  */
-export async function ensureIndexed(kv: Deno.Kv): Promise<void> {
+export async function ensureIndexed(kv: Entries): Promise<void> {
   if ((await kv.get(INDEXED)).value !== null) return;
   const batch = new _Batch(kv, await kv.get(IMPORTING));
   for await (
@@ -149,9 +148,9 @@ export async function ensureIndexed(kv: Deno.Kv): Promise<void> {
 
 /** Sets revision, import revision and authentication revision alike. */
 function moveRevision(
-  op: Deno.AtomicOperation,
+  op: Atomic,
   revision: bigint,
-): Deno.AtomicOperation {
+): Atomic {
   const value = new Deno.KvU64(revision);
   return op.set(REVISION, value).set(IMPORT_REVISION, value)
     .set(AUTH_REVISION, value);
@@ -159,9 +158,9 @@ function moveRevision(
 
 /** Sets the marker on an empty store, or refuses; returns the marker's check. */
 async function beginImport(
-  kv: Deno.Kv,
+  kv: Entries,
   options: ChangeOptions,
-): Promise<Deno.AtomicCheck> {
+): Promise<Check> {
   const [current, marker] = await kv.getMany<[Deno.KvU64, unknown]>([
     REVISION,
     IMPORTING,
@@ -173,10 +172,10 @@ async function beginImport(
   }
   // Every change moves the revision, so checking it proves the store is
   // still as empty as it was just seen.
-  const start = await commitRetrying(
-    moveRevision(kv.atomic().check(current, marker), counted(current) + 1n)
-      .set(IMPORTING, newMarker("importing", options)),
-  );
+  const start = await moveRevision(
+    kv.atomic().check(current, marker),
+    counted(current) + 1n,
+  ).set(IMPORTING, newMarker("importing", options)).commit();
   if (!start.ok) {
     if ((await kv.get(IMPORTING)).value !== null) {
       throw new ImportStateError("import_unfinished");
@@ -186,6 +185,7 @@ async function beginImport(
       "The store changed while the import began",
     );
   }
+  await kv.hint?.();
   return { key: IMPORTING, versionstamp: start.versionstamp };
 }
 
@@ -213,8 +213,8 @@ async function stageRecord(batch: _Batch, record: KeyRecord): Promise<void> {
 
 /** Publishes the import: the marker goes and the revision moves in one step. */
 async function finishImport(
-  kv: Deno.Kv,
-  ours: Deno.AtomicCheck,
+  kv: Entries,
+  ours: Check,
   counts: { line: AuditEntry; maxId: number; above: bigint },
 ): Promise<bigint> {
   const current = await kv.get<Deno.KvU64>(REVISION);
@@ -225,13 +225,14 @@ async function finishImport(
     .set(INDEXED, true)
     .set(auditKey(revision), counts.line)
     .delete(IMPORTING);
-  if (!(await commitRetrying(op)).ok) {
+  if (!(await op.commit()).ok) {
     throw new ImportStateError("import_aborted");
   }
+  await kv.hint?.();
   return revision;
 }
 
-async function isEmpty(kv: Deno.Kv): Promise<boolean> {
+async function isEmpty(kv: Entries): Promise<boolean> {
   for (const prefix of [["keys"], ["keys_by_hash"], ["audit"]]) {
     for await (const _ of kv.list({ prefix }, { limit: 1 })) return false;
   }
@@ -244,7 +245,7 @@ async function isEmpty(kv: Deno.Kv): Promise<boolean> {
  * before the import. Stops with ImportStateError when the marker was taken
  * over. Returns the revision it moved to.
  */
-async function wipe(kv: Deno.Kv, ours: Deno.AtomicCheck): Promise<bigint> {
+async function wipe(kv: Entries, ours: Check): Promise<bigint> {
   const batch = new _Batch(kv, ours);
   for await (const entry of kv.list({ prefix: [] })) {
     if (META_KEYS.has(entry.key[0] as string)) continue;
@@ -253,10 +254,10 @@ async function wipe(kv: Deno.Kv, ours: Deno.AtomicCheck): Promise<bigint> {
   await batch.flush();
   const current = await kv.get<Deno.KvU64>(REVISION);
   const revision = counted(current) + 1n;
-  const done = await commitRetrying(
-    moveRevision(kv.atomic().check(ours, current), revision).delete(IMPORTING),
-  );
+  const done = await moveRevision(kv.atomic().check(ours, current), revision)
+    .delete(IMPORTING).commit();
   if (!done.ok) throw new ImportStateError("import_aborted");
+  await kv.hint?.();
   return revision;
 }
 
@@ -277,39 +278,39 @@ function newMarker(
  * KV's limits, each checking that the import marker is still `guard`.
  */
 class _Batch {
-  #kv: Deno.Kv;
-  #guard: Deno.AtomicCheck;
-  #op: Deno.AtomicOperation;
+  #kv: Entries;
+  #guard: Check;
+  #op: Atomic;
   #mutations = 0;
   #bytes = 0;
   #keyBytes = 0;
 
-  constructor(kv: Deno.Kv, guard: Deno.AtomicCheck) {
+  constructor(kv: Entries, guard: Check) {
     this.#kv = kv;
     this.#guard = guard;
     this.#op = kv.atomic();
   }
 
-  async set(key: Deno.KvKey, value: unknown): Promise<void> {
+  async set(key: EntryKey, value: unknown): Promise<void> {
     await this.#room(key, value);
     this.#op.set(key, value);
   }
 
-  async delete(key: Deno.KvKey): Promise<void> {
+  async delete(key: EntryKey): Promise<void> {
     await this.#room(key, null);
     this.#op.delete(key);
   }
 
   async flush(): Promise<void> {
     if (this.#mutations === 0) return;
-    const result = await commitRetrying(this.#op.check(this.#guard));
+    const result = await this.#op.check(this.#guard).commit();
     this.#op = this.#kv.atomic();
     this.#mutations = this.#bytes = this.#keyBytes = 0;
     // The marker is the only thing checked: someone aborted this import.
     if (!result.ok) throw new ImportStateError("import_aborted");
   }
 
-  async #room(key: Deno.KvKey, value: unknown): Promise<void> {
+  async #room(key: EntryKey, value: unknown): Promise<void> {
     // Upper bounds: UTF-8 takes at most 3 bytes per UTF-16 unit in keys,
     // and V8's serialisation at most 2 per unit of the JSON text in values.
     const keyBytes = 3 * JSON.stringify(key, bigints).length + 16;

@@ -1,7 +1,6 @@
 /**
- * The KV backend's one change primitive: a draft's reads checked, its
- * writes, audit lines and revision moves in one `atomic()`, retried on a
- * conflict or a locked database file.
+ * The one way a key changes: a draft's reads checked, its writes, audit
+ * lines and revision moves in one atomic commit, retried on a conflict.
  *
  * @module
  */
@@ -16,6 +15,8 @@ import { type Alters, type ChangeKind, Committed } from "../change.ts";
 import { ImportStateError, KeyIdsExhaustedError } from "../errors.ts";
 import { MAX_KEY_ID } from "../records.ts";
 import type { KeyRecord, NetworkUse, RefusedUse } from "../types.ts";
+import type { Atomic, Check, Entries, Entry, EntryKey } from "../entries.ts";
+import { sameKey } from "../entries.ts";
 import {
   auditKey,
   AUTH_REVISION,
@@ -24,7 +25,6 @@ import {
   counted,
   holdsName,
   IMPORTING,
-  isLocked,
   KEY_ID_COUNTER,
   keyByHash,
   keyById,
@@ -34,17 +34,16 @@ import {
   putRecord,
   refusedKey,
   REVISION,
-  sameKey,
   storedRecord,
-} from "./_layout.ts";
+} from "./_keys.ts";
 
 /**
- * Makes one change on `kv`: `work` runs on a draft whose reads become the
+ * Makes one change on `entries`: `work` runs on a draft whose reads become the
  * commit's checks, together with the revision's, so a change decides on
  * data that still holds when it commits, or runs again.
  */
 export async function changeIn<T, A extends Alters>(
-  kv: Deno.Kv,
+  kv: Entries,
   kind: ChangeKind<A>,
   work: (draft: ChangeDraft<A>) => Promise<T>,
 ): Promise<Committed<T, A>> {
@@ -69,11 +68,7 @@ export async function changeIn<T, A extends Alters>(
       // records (a first use's retirement that another server made just
       // then, found done here, must be waited for at its own revision).
       await reads.write(op, []);
-      try {
-        if ((await op.commit()).ok) return new Committed(kind, before, result);
-      } catch (error) {
-        if (!isLocked(error)) throw error;
-      }
+      if ((await op.commit()).ok) return new Committed(kind, before, result);
       if (tries >= MAX_TRIES) throw busy();
       await backoff(tries);
       continue;
@@ -89,13 +84,9 @@ export async function changeIn<T, A extends Alters>(
         op.set(AUTH_REVISION, new Deno.KvU64(revision));
       }
     }
-    try {
-      if ((await op.commit()).ok) {
-        return new Committed(kind, revision, result);
-      }
-    } catch (error) {
-      // Another process holds the SQLite write lock: wait and go again.
-      if (!isLocked(error)) throw error;
+    if ((await op.commit()).ok) {
+      if (revision > before) await kv.hint?.();
+      return new Committed(kind, revision, result);
     }
     if (tries >= MAX_TRIES) throw busy();
     await backoff(tries);
@@ -107,11 +98,11 @@ export async function changeIn<T, A extends Alters>(
  * the writes that turn its draft into mutations.
  */
 class _Reads implements ChangeReads {
-  #kv: Deno.Kv;
-  #op: Deno.AtomicCheck[] = [];
+  #kv: Entries;
+  #op: Check[] = [];
   #lastId: number | null = null;
 
-  constructor(kv: Deno.Kv) {
+  constructor(kv: Entries) {
     this.#kv = kv;
   }
 
@@ -149,10 +140,10 @@ class _Reads implements ChangeReads {
   }
 
   /** Adds the checks of every read, then the draft's writes, to `op`. */
-  async write(op: Deno.AtomicOperation, writes: Write[]): Promise<void> {
+  async write(op: Atomic, writes: Write[]): Promise<void> {
     // Name entries follow the records: held by a valid key not in an
     // overlap, freed when the key that held one gives it up.
-    const names = new Map<string, { key: Deno.KvKey; id: number | null }>();
+    const names = new Map<string, { key: EntryKey; id: number | null }>();
     for (const write of writes) {
       if (write.kind === "usage") {
         const { networks, refused } = write.lists;
@@ -184,7 +175,7 @@ class _Reads implements ChangeReads {
     op.check(...this.#op);
   }
 
-  #checked<T>(entry: Deno.KvEntryMaybe<T>): Deno.KvEntryMaybe<T> {
+  #checked<T>(entry: Entry<T>): Entry<T> {
     if (!this.#op.some((seen) => sameKey(seen.key, entry.key))) {
       this.#op.push(entry);
     }
@@ -193,7 +184,7 @@ class _Reads implements ChangeReads {
 }
 
 /** A record's name entry; null for a name no entry can hold (an imported revoked key's). */
-function nameEntry(record: KeyRecord): Deno.KvKey | null {
+function nameEntry(record: KeyRecord): EntryKey | null {
   try {
     return keyByName(record.name);
   } catch {

@@ -1,0 +1,323 @@
+/**
+ * The key store's one implementation of {@linkcode StoreBackend}, on any
+ * database's {@linkcode Entries}: the layout is described in `_keys.ts`,
+ * the change in `_change.ts`, the import in `_import.ts`.
+ *
+ * Every change is one atomic commit that checks every entry the change
+ * read and the revision, so two admins generating at the same moment cannot
+ * share an id or a name; a conflict is retried with backoff.
+ *
+ * @module
+ */
+
+import type { HashRead, StoreBackend, StoredInstance } from "../backend.ts";
+import { withUsage } from "../backend.ts";
+import { QUIET_ACTIONS } from "../change.ts";
+import type { Entries, Entry, EntryKey } from "../entries.ts";
+import { sameKey } from "../entries.ts";
+import { ImportStateError } from "../errors.ts";
+import { KeyService } from "../keys.ts";
+import type {
+  AuditEntry,
+  KeyRecord,
+  NetworkUse,
+  RefusedUse,
+} from "../types.ts";
+import { changeIn } from "./_change.ts";
+import { discardIn, ensureIndexed, stageIn } from "./_import.ts";
+import {
+  auditKey,
+  AUTH_REVISION,
+  counted,
+  dueKey,
+  IMPORT_REVISION,
+  IMPORTING,
+  indexKeys,
+  instanceKey,
+  keyByHash,
+  keyById,
+  keyByName,
+  lastUsedKey,
+  networksKey,
+  refusedKey,
+  REVISION,
+  storedRecord,
+} from "./_keys.ts";
+
+/** The key service on `entries`, which it closes when closed. */
+export function openEntryStore(entries: Entries): KeyService {
+  return new KeyService(new EntryBackend(entries));
+}
+
+/** {@linkcode StoreBackend} on {@linkcode Entries}. */
+export class EntryBackend implements StoreBackend {
+  #kv: Entries;
+  /** One atomic change: `_change.ts`. */
+  readonly change: StoreBackend["change"];
+  /** An import in batches under a marker: `_import.ts`. */
+  readonly stageImport: StoreBackend["stageImport"];
+  readonly discardImport: StoreBackend["discardImport"];
+  /** Present when the database tells of other processes' changes. */
+  readonly onChange?: StoreBackend["onChange"];
+
+  constructor(kv: Entries) {
+    this.#kv = kv;
+    this.change = (kind, work) => changeIn(kv, kind, work);
+    this.stageImport = (options, fill) => stageIn(kv, options, fill);
+    this.discardImport = (options) => discardIn(kv, options);
+    if (kv.onChange) this.onChange = (listener) => kv.onChange!(listener);
+  }
+
+  async findByHashAt(hash: string): Promise<HashRead> {
+    // getMany reads one snapshot: the record is exactly as of that
+    // revision, and the import marker tells whether it may be used at all.
+    const [revision, auth, marker, record] = await this.#readMany<
+      [Deno.KvU64, Deno.KvU64, unknown, KeyRecord]
+    >([REVISION, AUTH_REVISION, IMPORTING, keyByHash(hash)]);
+    return {
+      revision: counted(revision),
+      // A store from before the authentication revision: every change counts.
+      authRevision: auth.value === null ? counted(revision) : counted(auth),
+      record: marker.value === null && record.value !== null
+        ? storedRecord(record.value)
+        : null,
+    };
+  }
+
+  async get(id: number): Promise<KeyRecord | null> {
+    const [record, used, marker, networks, refused] = await this.#kv.getMany<
+      [KeyRecord, string, unknown, NetworkUse[], RefusedUse[]]
+    >([
+      keyById(id),
+      lastUsedKey(id),
+      IMPORTING,
+      networksKey(id),
+      refusedKey(id),
+    ]);
+    if (marker.value !== null) throw new ImportStateError("import_unfinished");
+    return record.value && withUsage(storedRecord(record.value), {
+      lastUsedAt: used.value,
+      networks: networks.value ?? [],
+      refused: refused.value ?? [],
+    });
+  }
+
+  async getByName(name: string): Promise<KeyRecord | null> {
+    const entry = await this.#read<number>(keyByName(name));
+    return entry.value === null ? null : await this.get(entry.value);
+  }
+
+  async *list(
+    options: { includeRevoked?: boolean } = {},
+  ): AsyncIterable<KeyRecord> {
+    await this.#refuseWhileImporting();
+    // Both prefixes list in id order, so one pass over each joins them.
+    const used = this.#kv.list<string>({ prefix: ["last_used"] }, {
+      batchSize: 500,
+    })[Symbol.asyncIterator]();
+    let next = await used.next();
+    for await (
+      const entry of this.#kv.list<KeyRecord>({ prefix: ["keys"] }, {
+        batchSize: 500,
+      })
+    ) {
+      const id = entry.value.id;
+      while (!next.done && (next.value.key[1] as number) < id) {
+        next = await used.next();
+      }
+      if (options.includeRevoked || entry.value.status === "valid") {
+        // Few keys have usage lists; one read each keeps the join simple.
+        const [networks, refused] = await this.#kv.getMany<
+          [NetworkUse[], RefusedUse[]]
+        >([networksKey(id), refusedKey(id)]);
+        yield withUsage(storedRecord(entry.value), {
+          lastUsedAt: !next.done && next.value.key[1] === id
+            ? next.value.value
+            : null,
+          networks: networks.value ?? [],
+          refused: refused.value ?? [],
+        });
+      }
+    }
+  }
+
+  async *dueKeys(now: Date): AsyncIterable<number> {
+    await this.#refuseWhileImporting();
+    await ensureIndexed(this.#kv);
+    for await (
+      const entry of this.#kv.list({
+        start: ["due"],
+        end: dueKey(now.getTime(), Number.MAX_SAFE_INTEGER),
+      })
+    ) {
+      const id = entry.key[2] as number;
+      const record = (await this.#kv.get<KeyRecord>(keyById(id))).value;
+      const current = record !== null &&
+        indexKeys(storedRecord(record)).some((key) => sameKey(key, entry.key));
+      if (current) {
+        // The entry's time is the record's deadline, so it has passed.
+        yield id;
+      } else {
+        // Stale: the key was revoked, rotated or given another deadline.
+        await this.#kv.atomic().check(entry).delete(entry.key).commit();
+      }
+    }
+  }
+
+  async *predecessors(id: number): AsyncIterable<KeyRecord> {
+    await this.#refuseWhileImporting();
+    await ensureIndexed(this.#kv);
+    for await (const entry of this.#kv.list({ prefix: ["replaced_by", id] })) {
+      const record = await this.get(entry.key[2] as number);
+      if (record?.status === "valid" && record.replacedBy === id) yield record;
+    }
+  }
+
+  async *audit(options: { keyId?: number } = {}): AsyncIterable<AuditEntry> {
+    await this.#refuseWhileImporting();
+    for await (
+      const entry of this.#kv.list<AuditEntry>({ prefix: ["audit"] }, {
+        batchSize: 500,
+      })
+    ) {
+      if (options.keyId === undefined || entry.value.keyId === options.keyId) {
+        yield entry.value;
+      }
+    }
+  }
+
+  async revision(): Promise<bigint> {
+    return counted(await this.#read<Deno.KvU64>(REVISION));
+  }
+
+  async *keyHashes(
+    options: { afterId?: number } = {},
+  ): AsyncIterable<{ id: number; hash: string }> {
+    if ((await this.#read(IMPORTING)).value !== null) return;
+    const after = options.afterId ?? 0;
+    for await (
+      const entry of this.#kv.list<KeyRecord>({
+        prefix: ["keys"],
+        start: keyById(Math.floor(after) + 1),
+      }, { batchSize: 1000 })
+    ) {
+      if (entry.value.id > after) {
+        yield { id: entry.value.id, hash: entry.value.hash };
+      }
+    }
+  }
+
+  async importRevision(): Promise<bigint> {
+    return counted(await this.#read<Deno.KvU64>(IMPORT_REVISION));
+  }
+
+  async recordLastUsed(uses: { id: number; at: Date }[]): Promise<void> {
+    // getMany() reads at most 10 keys.
+    for (let start = 0; start < uses.length; start += 10) {
+      const chunk = uses.slice(start, start + 10);
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const keys = chunk.map(({ id }) => lastUsedKey(id));
+        const stored = await this.#kv.getMany<string[]>(keys);
+        const op = this.#kv.atomic();
+        let writes = 0;
+        stored.forEach((entry, i) => {
+          const { at } = chunk[i];
+          if (entry.value !== null && Date.parse(entry.value) >= +at) return;
+          op.check(entry).set(keys[i], at.toISOString());
+          writes++;
+        });
+        if (writes === 0 || (await op.commit()).ok) break;
+      }
+    }
+  }
+
+  async putInstance(
+    stored: StoredInstance,
+    options: { version?: string } = {},
+  ): Promise<string | null> {
+    const key = instanceKey(stored.id);
+    const op = this.#kv.atomic();
+    if (options.version !== undefined) {
+      op.check({ key, versionstamp: options.version });
+    }
+    const res = await op.set(key, stored).commit();
+    return res.ok ? res.versionstamp : null;
+  }
+
+  async pollInstance(
+    id: string,
+  ): Promise<{ revision: bigint; version: string | null }> {
+    const [revision, instance] = await this.#readMany<[Deno.KvU64, unknown]>(
+      [REVISION, instanceKey(id)],
+    );
+    return { revision: counted(revision), version: instance.versionstamp };
+  }
+
+  async readInstances(): Promise<
+    { id: string; version: string; stored: unknown }[]
+  > {
+    const found = [];
+    for await (const entry of this.#kv.list({ prefix: ["instances"] })) {
+      const id = entry.key[1];
+      // Not a key this store writes: no server can hold a lease on it.
+      if (typeof id !== "string") continue;
+      found.push({ id, version: entry.versionstamp, stored: entry.value });
+    }
+    return found;
+  }
+
+  async removeInstance(
+    id: string,
+    options: { version?: string } = {},
+  ): Promise<boolean> {
+    const key = instanceKey(id);
+    const op = this.#kv.atomic();
+    if (options.version !== undefined) {
+      op.check({ key, versionstamp: options.version });
+    }
+    return (await op.delete(key).commit()).ok;
+  }
+
+  async auditSince(after: bigint): ReturnType<StoreBackend["auditSince"]> {
+    const [current, imported] = await this.#readMany<
+      [Deno.KvU64, Deno.KvU64]
+    >([REVISION, IMPORT_REVISION]);
+    const revision = counted(current);
+    const kv = this.#kv;
+    // Every line up to `revision` was committed with its revision bump, so
+    // the list holds every change up to it.
+    async function* keyIds(): AsyncIterable<number> {
+      const lines = kv.list<AuditEntry>({
+        start: auditKey(after + 1n),
+        end: auditKey(revision + 1n),
+      });
+      for await (const { value } of lines) {
+        if (!(QUIET_ACTIONS as string[]).includes(value.action)) {
+          yield value.keyId;
+        }
+      }
+    }
+    const replaced = counted(imported) > after;
+    return { revision, replaced, keyIds: keyIds(), complete: true };
+  }
+
+  close(): Promise<void> {
+    return this.#kv.close();
+  }
+
+  #readMany<T extends readonly unknown[]>(
+    keys: readonly [...{ [K in keyof T]: EntryKey }],
+  ): Promise<{ [K in keyof T]: Entry<T[K]> }> {
+    return this.#kv.getMany<T>(keys);
+  }
+
+  #read<T>(key: EntryKey): Promise<Entry<T>> {
+    return this.#kv.get<T>(key);
+  }
+
+  async #refuseWhileImporting(): Promise<void> {
+    if ((await this.#read(IMPORTING)).value !== null) {
+      throw new ImportStateError("import_unfinished");
+    }
+  }
+}
