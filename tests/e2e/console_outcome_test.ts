@@ -20,6 +20,7 @@ import {
   tempDir,
 } from "../support/processes.ts";
 import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { type RawEntries, rawEntries } from "../support/raw_entries.ts";
 
 const LIMITED_CONSOLE =
   new URL("../support/console_with_limits.ts", import.meta.url).pathname;
@@ -126,14 +127,14 @@ Deno.test({
     await using database = await freshDatabase();
     const env = { DATABASE_URL: database.url };
     const old = await createKey(dir.path, "stalled", undefined, env);
-    // Another session holds the row every change locks first.
+    // Another session holds the table every commit writes.
     const holder = postgres(database.url, { max: 1, onnotice: () => {} });
     let release!: () => void;
     const released = new Promise<void>((resolve) => release = resolve);
     let locked!: () => void;
     const lockHeld = new Promise<void>((resolve) => locked = resolve);
     const holding = holder.begin(async (tx) => {
-      await tx`SELECT * FROM meta FOR UPDATE`;
+      await tx`LOCK TABLE entries IN EXCLUSIVE MODE`;
       locked();
       await released;
     });
@@ -200,55 +201,40 @@ async function storeIn(cwd: string, postgres: boolean): Promise<
     registrations(): Promise<string[]>;
   }
 > {
-  if (!postgres) {
-    const path = `${cwd}/data/keys.db`;
-    const withKv = async <T>(work: (kv: Deno.Kv) => Promise<T>) => {
-      const kv = await Deno.openKv(path);
-      try {
-        return await work(kv);
-      } finally {
-        kv.close();
-      }
-    };
-    return {
-      env: {},
-      plantBroken: (id) =>
-        withKv(async (kv) => {
-          await kv.set(["instances", id], {
-            id,
-            host: "web-9",
-            pid: 4242,
-            startedAt: new Date().toISOString(),
-            leaseMs: 3000,
-            acked: "not a revision",
-          });
-        }),
-      registrations: () =>
-        withKv(async (kv) => {
-          const ids: string[] = [];
-          for await (const entry of kv.list({ prefix: ["instances"] })) {
-            ids.push(String(entry.key[1]));
-          }
-          return ids;
-        }),
-      async [Symbol.asyncDispose]() {},
-    };
-  }
-  const database = await freshDatabase();
+  const database = postgres ? await freshDatabase() : null;
+  const where = database === null
+    ? { path: `${cwd}/data/keys.db` }
+    : { url: database.url };
+  // Each reach behind the store opens and closes the entries, as a second
+  // process would, so that the console under test sees what it wrote.
+  const withEntries = async <T>(work: (entries: RawEntries) => Promise<T>) => {
+    await using entries = await rawEntries(where);
+    return await work(entries);
+  };
   return {
-    env: { DATABASE_URL: database.url },
-    async plantBroken(id) {
-      // A start time no clock gives: read back, it is no date at all.
-      await database.query(
-        `INSERT INTO instances (id, host, pid, started_at, lease_ms, acked)
-         VALUES ('${id}', 'web-9', 4242, 'infinity', 3000, 0)`,
-      );
-    },
-    async registrations() {
-      const rows = await database.query("SELECT id FROM instances");
-      return rows.map((row) => String(row.id));
-    },
-    [Symbol.asyncDispose]: () => database[Symbol.asyncDispose](),
+    env: database === null ? {} : { DATABASE_URL: database.url },
+    plantBroken: (id) =>
+      withEntries(async (entries) => {
+        // A start time no clock gives: read back, it is no date at all.
+        const broken = {
+          id,
+          host: "web-9",
+          pid: 4242,
+          startedAt: "infinity",
+          leaseMs: 3000,
+          acked: "not a revision",
+        };
+        await entries.atomic().set(["instances", id], broken).commit();
+      }),
+    registrations: () =>
+      withEntries(async (entries) => {
+        const ids: string[] = [];
+        for await (const entry of entries.list({ prefix: ["instances"] })) {
+          ids.push(String(entry.key[1]));
+        }
+        return ids;
+      }),
+    [Symbol.asyncDispose]: async () => await database?.[Symbol.asyncDispose](),
   };
 }
 

@@ -22,6 +22,7 @@ import {
 } from "../support/processes.ts";
 import { check } from "../support/http.ts";
 import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { rawEntries } from "../support/raw_entries.ts";
 import { until } from "../support/wait.ts";
 
 type StoreEnv = Record<string, string>;
@@ -40,16 +41,7 @@ function onBothStores(
 ): void {
   Deno.test(`kv store: ${name}`, async () => {
     using dir = tempDir();
-    // The marker an import sets before its first batch (lib/store/kv.ts).
-    const importing = async () => {
-      const kv = await Deno.openKv(`${dir.path}/data/keys.db`);
-      try {
-        return (await kv.get(["importing"])).value !== null;
-      } finally {
-        kv.close();
-      }
-    };
-    await fn({}, dir.path, importing);
+    await fn({}, dir.path, marked({ path: `${dir.path}/data/keys.db` }));
   });
   Deno.test({
     name: `postgres store: ${name}`,
@@ -57,17 +49,18 @@ function onBothStores(
     async fn() {
       using dir = tempDir();
       await using database = await freshDatabase();
-      // The advisory lock an import holds for its whole transaction
-      // (lib/store/postgres/store.ts, IMPORT_LOCK).
-      const importing = async () =>
-        (await database.query(`
-          SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-          WHERE l.locktype = 'advisory' AND d.datname = current_database()
-            AND l.objid = ${0x6b657973}::bigint::oid
-            AND l.mode = 'ExclusiveLock' AND l.granted`)).length > 0;
+      const importing = marked({ url: database.url });
       await fn({ DATABASE_URL: database.url }, dir.path, importing);
     },
   });
+}
+
+/** Whether the marker an import sets before its first batch is there (lib/store/layout/_import.ts). */
+function marked(where: { path: string } | { url: string }): ImportProbe {
+  return async () => {
+    await using entries = await rawEntries(where);
+    return (await entries.get(["importing"])).value !== null;
+  };
 }
 
 /** No lock-out: the tests send many refused keys from one address on purpose. */

@@ -2,23 +2,19 @@
  * The PostgreSQL schema: its tables, created and upgraded by numbered
  * migrations recorded in `schema_version`.
  *
- * Tables:
- * - `meta`: one row holding the revision, the revision of the last change
- *   that altered authentication, and the last key id handed out.
- *   Every change locks it first (`SELECT … FOR UPDATE`), so changes are
- *   totally ordered, ids come out 1, 2, 3 … and the audit follows that order.
- * - `keys`: one row per key, valid or revoked; `hash` is unique, and a partial
- *   unique index keeps `name_key` unique among valid keys not being replaced
- *   (a key in a rotation's overlap shares its name with its replacement).
- * - `audit`: one row per change, keyed by the revision it produced.
- * - `last_used`: when a key last authenticated, apart from `keys` so that it
- *   neither moves the revision nor waits on the `meta` lock.
- * - `instances`: one row per running server: the revision it has applied
- *   and its lease (docs/design.md, "Leases"); `version` moves on each write.
- * - `key_usage`: per key, the networks it was used from and the uses refused
- *   for coming from outside `keys.allow_from`, apart from `keys` like
- *   `last_used` (only a network's first use, being audited, takes `meta`).
- *   `keys.rate_limit` holds a key's limit as JSON, null for none.
+ * Tables, since migration 8:
+ * - `entries`: the seam's entries (lib/store/entries.ts), one row each: the
+ *   key's bytes (`_key_codec.ts`, ordered as Deno KV orders keys), the value
+ *   as JSON (`{"v": …}`, or `{"u64": "…"}` for a counter) and the
+ *   versionstamp of the commit that wrote it, from `entry_versionstamps`.
+ *   What each entry holds is the layout's (lib/store/layout/_keys.ts), the
+ *   same on Deno KV.
+ * - `schema_version`: the migrations applied.
+ *
+ * Migrations 1 to 7 built a table per kind of row (`meta`, `keys`, `audit`,
+ * `last_used`, `instances`, `key_usage`); they stay as released, so that a
+ * database of any age comes up to date the same way, and 8 renames those
+ * tables `legacy_*` for `_legacy.ts` to move into `entries` and drop.
  *
  * @module
  */
@@ -171,6 +167,26 @@ const MIGRATIONS: readonly string[] = [
     CHECK (action IN ('create', 'revoke', 'rotate', 'expose', 'import',
       'allow_from', 'rate_limit', 'network'));
   `,
+  // 8: the seam's entries in one table (entries.ts), which the one layout
+  // above the seam fills as it fills Deno KV. The tables of 1 to 7 are
+  // renamed, so that a server of an older version still running fails
+  // closed on its next read, and their rows are moved in by _legacy.ts.
+  `
+  CREATE TABLE entries (
+    key bytea PRIMARY KEY,
+    value jsonb NOT NULL,
+    versionstamp bigint NOT NULL
+  );
+  CREATE SEQUENCE entry_versionstamps;
+  DROP TRIGGER meta_revision_notice ON meta;
+  DROP FUNCTION notify_key_change();
+  DROP TABLE instances;
+  ALTER TABLE meta RENAME TO legacy_meta;
+  ALTER TABLE keys RENAME TO legacy_keys;
+  ALTER TABLE audit RENAME TO legacy_audit;
+  ALTER TABLE last_used RENAME TO legacy_last_used;
+  ALTER TABLE key_usage RENAME TO legacy_key_usage;
+  `,
 ];
 
 /** The newest schema version this code knows. */
@@ -198,10 +214,15 @@ export async function migrate(
 }
 
 /**
- * Brings the schema of the database behind `sql` up to date, in one
- * transaction; the caller bounds the time it may take.
+ * Brings the schema of the database behind `sql` up to date (or only up to
+ * version `to`, as a test builds an older database), in one transaction;
+ * the caller bounds the time it may take.
  */
-export async function migrateWith(sql: Sql): Promise<MigrateResult> {
+export async function migrateWith(
+  sql: Sql,
+  options: { to?: number } = {},
+): Promise<MigrateResult> {
+  const target = options.to ?? SCHEMA_VERSION;
   return await sql.begin(async (tx) => {
     // One migration at a time, even when several instances start together.
     await tx`SELECT pg_advisory_xact_lock(hashtext('keys: schema migration'))`;
@@ -215,10 +236,10 @@ export async function migrateWith(sql: Sql): Promise<MigrateResult> {
     if (version > SCHEMA_VERSION) {
       throw new SchemaVersionError(version, SCHEMA_VERSION);
     }
-    for (let next = version + 1; next <= SCHEMA_VERSION; next++) {
+    for (let next = version + 1; next <= target; next++) {
       await tx.unsafe(MIGRATIONS[next - 1]);
       await tx`INSERT INTO schema_version (version) VALUES (${next})`;
     }
-    return { from: version, to: SCHEMA_VERSION };
+    return { from: version, to: Math.max(version, target) };
   }) as MigrateResult;
 }
