@@ -1,6 +1,6 @@
 /**
  * The seam's entries (lib/store/entries.ts) in one PostgreSQL table:
- * `entries (key bytea, value jsonb, versionstamp bigint)`, keys encoded so
+ * `entries (key bytea, value json, versionstamp bigint)`, keys encoded so
  * that the index orders them as Deno KV does (`_key_codec.ts`).
  *
  * Every read is one statement, so a `getMany` is one snapshot. Every
@@ -182,6 +182,7 @@ class _PostgresAtomic implements Atomic {
     const deletes = [...this.#writes].flatMap(([k, write]) =>
       write === null ? [k] : []
     );
+    const checked = json(checks.map((check) => check.hex));
     return this.#pool.transaction(async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(${COMMIT_LOCK})`;
       if (checks.length > 0) {
@@ -189,9 +190,7 @@ class _PostgresAtomic implements Atomic {
           SELECT encode(key, 'hex') AS hex, versionstamp::text AS versionstamp
           FROM entries WHERE key IN (
             SELECT decode(h, 'hex')
-            FROM jsonb_array_elements_text(${
-          json(checks.map((c) => c.hex))
-        }::text::jsonb) h)`;
+            FROM json_array_elements_text(${checked}::text::json) h)`;
         const now = new Map(
           rows.map((row) => [row.hex, stamp(row.versionstamp)]),
         );
@@ -205,13 +204,13 @@ class _PostgresAtomic implements Atomic {
         await tx`
           DELETE FROM entries WHERE key IN (
             SELECT decode(h, 'hex')
-            FROM jsonb_array_elements_text(${json(deletes)}::text::jsonb) h)`;
+            FROM json_array_elements_text(${json(deletes)}::text::json) h)`;
       }
       if (sets.length > 0) {
         await tx`
           INSERT INTO entries (key, value, versionstamp)
-          SELECT decode(m->>'k', 'hex'), (m->>'v')::jsonb, ${next}::bigint
-          FROM jsonb_array_elements(${json(sets)}::text::jsonb) m
+          SELECT decode(m->>'k', 'hex'), (m->>'v')::json, ${next}::bigint
+          FROM json_array_elements(${json(sets)}::text::json) m
           ON CONFLICT (key) DO UPDATE
             SET value = EXCLUDED.value, versionstamp = EXCLUDED.versionstamp`;
       }
@@ -227,19 +226,26 @@ class _PostgresAtomic implements Atomic {
  */
 function toJson(value: unknown): string {
   if (value instanceof Deno.KvU64) return json({ u64: value.value.toString() });
-  return json({ v: value }, (_, part) => {
-    if (
-      part === undefined || typeof part === "bigint" ||
-      typeof part === "function" || typeof part === "symbol" ||
-      (typeof part === "number" && !Number.isFinite(part)) ||
-      (typeof part === "object" && part !== null && !Array.isArray(part) &&
-        Object.getPrototypeOf(part) !== Object.prototype &&
-        Object.getPrototypeOf(part) !== null)
-    ) {
-      throw new TypeError(`A stored value cannot hold ${String(part)}`);
-    }
-    return part;
-  });
+  return json(
+    { v: value },
+    function (this: Record<string, unknown>, key, part) {
+      // The holder's own value: a Date has already become text in `part`.
+      const original = this[key];
+      const plain = typeof original !== "object" || original === null ||
+        Array.isArray(original) ||
+        [Object.prototype, null].includes(Object.getPrototypeOf(original));
+      if (
+        original === undefined || typeof original === "bigint" ||
+        typeof original === "function" || typeof original === "symbol" ||
+        (typeof original === "number" && !Number.isFinite(original)) || !plain
+      ) {
+        throw new TypeError(
+          `A stored value cannot hold ${typeof original} ${key}`,
+        );
+      }
+      return part;
+    },
+  );
 }
 
 function fromJson(text: string): unknown {
@@ -251,7 +257,11 @@ function fromJson(text: string): unknown {
 
 function json(
   value: unknown,
-  replacer?: (key: string, value: unknown) => unknown,
+  replacer?: (
+    this: Record<string, unknown>,
+    key: string,
+    value: unknown,
+  ) => unknown,
 ): string {
   return JSON.stringify(value, replacer);
 }

@@ -5,7 +5,7 @@
  * Tables, since migration 8:
  * - `entries`: the seam's entries (lib/store/entries.ts), one row each: the
  *   key's bytes (`_key_codec.ts`, ordered as Deno KV orders keys), the value
- *   as JSON (`{"v": …}`, or `{"u64": "…"}` for a counter) and the
+ *   as JSON text (`json`, which unlike `jsonb` keeps any string, NUL included: `{"v": …}`, or `{"u64": "…"}` for a counter) and the
  *   versionstamp of the commit that wrote it, from `entry_versionstamps`.
  *   What each entry holds is the layout's (lib/store/layout/_keys.ts), the
  *   same on Deno KV.
@@ -174,7 +174,7 @@ const MIGRATIONS: readonly string[] = [
   `
   CREATE TABLE entries (
     key bytea PRIMARY KEY,
-    value jsonb NOT NULL,
+    value json NOT NULL,
     versionstamp bigint NOT NULL
   );
   CREATE SEQUENCE entry_versionstamps;
