@@ -31,10 +31,9 @@ export interface UsageLists {
 }
 
 /**
- * What a change reads, inside its transaction: each read is part of the
- * change's compare-and-set (KV checks it at commit; PostgreSQL holds the
- * `meta` lock or the row's), so a change decides on data that still holds
- * when it commits, or is tried again.
+ * What a change reads: each read becomes a check of the change's atomic
+ * commit (lib/store/layout/_change.ts), so a change decides on data that
+ * still holds when it commits, or is tried again.
  */
 export interface ChangeReads {
   /** Key `id`'s record as stored (no last use, no usage lists); null when none. */
