@@ -7,16 +7,8 @@
  */
 
 import { pathExists } from "../util/exists.ts";
-import type {
-  Atomic,
-  Check,
-  CommitResult,
-  Entries,
-  Entry,
-  EntryKey,
-  Present,
-  Selector,
-} from "./entries.ts";
+// The seam's types by one name, as Deno KV's are by `Deno.`.
+import type * as Seam from "./entries.ts";
 import { StoreUnavailableError } from "./errors.ts";
 import type { KeyService } from "./keys.ts";
 import { openEntryStore } from "./layout/backend.ts";
@@ -72,8 +64,8 @@ async function openKv(path: string): Promise<Deno.Kv> {
 /** Tries of one commit while another process holds the write lock. */
 const MAX_TRIES = 60;
 
-/** {@linkcode Entries} on an open Deno KV database. */
-export class KvEntries implements Entries {
+/** {@linkcode Seam.Entries} on an open Deno KV database. */
+export class KvEntries implements Seam.Entries {
   #kv: Deno.Kv;
   #closed = false;
 
@@ -83,35 +75,35 @@ export class KvEntries implements Entries {
 
   // Deno KV's entries are the seam's, but for key parts the layout never
   // writes (booleans, bytes): hence the casts.
-  get<T>(key: EntryKey): Promise<Entry<T>> {
+  get<T>(key: Seam.EntryKey): Promise<Seam.Entry<T>> {
     return this.#reading(() => this.#kv.get<T>(key as Deno.KvKey)) as Promise<
-      Entry<T>
+      Seam.Entry<T>
     >;
   }
 
   getMany<T extends readonly unknown[]>(
-    keys: readonly [...{ [K in keyof T]: EntryKey }],
-  ): Promise<{ [K in keyof T]: Entry<T[K]> }> {
+    keys: readonly [...{ [K in keyof T]: Seam.EntryKey }],
+  ): Promise<{ [K in keyof T]: Seam.Entry<T[K]> }> {
     return this.#reading(() =>
       this.#kv.getMany(keys as unknown as Deno.KvKey[])
-    ) as unknown as Promise<{ [K in keyof T]: Entry<T[K]> }>;
+    ) as unknown as Promise<{ [K in keyof T]: Seam.Entry<T[K]> }>;
   }
 
   async *list<T>(
-    selector: Selector,
+    selector: Seam.Selector,
     options: { limit?: number; batchSize?: number } = {},
-  ): AsyncIterable<Present<T>> {
+  ): AsyncIterable<Seam.Present<T>> {
     try {
       yield* this.#kv.list<T>(
         selector as Deno.KvListSelector,
         options,
-      ) as AsyncIterable<Present<T>>;
+      ) as AsyncIterable<Seam.Present<T>>;
     } catch (error) {
       throw unreadable(error);
     }
   }
 
-  atomic(): Atomic {
+  atomic(): Seam.Atomic {
     return new _KvAtomic(this.#kv.atomic());
   }
 
@@ -131,29 +123,29 @@ export class KvEntries implements Entries {
 }
 
 /** One Deno KV atomic operation, its commit retried while the file is locked. */
-class _KvAtomic implements Atomic {
+class _KvAtomic implements Seam.Atomic {
   #op: Deno.AtomicOperation;
 
   constructor(op: Deno.AtomicOperation) {
     this.#op = op;
   }
 
-  check(...checks: Check[]): this {
+  check(...checks: Seam.Check[]): this {
     this.#op.check(...checks as Deno.AtomicCheck[]);
     return this;
   }
 
-  set(key: EntryKey, value: unknown): this {
+  set(key: Seam.EntryKey, value: unknown): this {
     this.#op.set(key as Deno.KvKey, value);
     return this;
   }
 
-  delete(key: EntryKey): this {
+  delete(key: Seam.EntryKey): this {
     this.#op.delete(key as Deno.KvKey);
     return this;
   }
 
-  async commit(): Promise<CommitResult> {
+  async commit(): Promise<Seam.CommitResult> {
     for (let tries = 1;; tries++) {
       try {
         const result = await this.#op.commit();
