@@ -5,7 +5,9 @@
  * another), a number's IEEE-754 bits with the sign flipped (negatives
  * inverted), or a bigint's length and magnitude (negatives inverted).
  * Parts of one type compare by value; across types, strings come before
- * bigints, and bigints before numbers, as in Deno KV.
+ * bigints, and bigints before numbers, as in Deno KV, where -0 is also a
+ * part of its own just below 0. NaN, which Deno KV takes, is refused: no
+ * key the layout writes holds one, and a NaN is equal to nothing.
  *
  * @module
  */
@@ -38,8 +40,8 @@ function encodePart(part: KeyPart, bytes: number[]): void {
   } else if (typeof part === "number") {
     if (Number.isNaN(part)) throw new TypeError("A key part cannot be NaN");
     const view = new DataView(new ArrayBuffer(8));
-    // -0 is 0, as it is to ===.
-    view.setFloat64(0, part === 0 ? 0 : part);
+    // -0 keeps its sign bit, so it stays apart from 0 as Deno KV keeps it.
+    view.setFloat64(0, part);
     const negative = view.getUint8(0) & 0x80;
     bytes.push(NUMBER);
     for (let i = 0; i < 8; i++) {
@@ -117,4 +119,11 @@ export function prefixBounds(
   before.set(after);
   before[after.length] = 0xff;
   return { after, before };
+}
+
+/** Compares two keys' bytes as PostgreSQL orders `bytea`: < 0, 0 or > 0. */
+export function compareBytes(a: Uint8Array, b: Uint8Array): number {
+  const length = Math.min(a.length, b.length);
+  for (let i = 0; i < length; i++) if (a[i] !== b[i]) return a[i] - b[i];
+  return a.length - b.length;
 }

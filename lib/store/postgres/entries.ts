@@ -24,7 +24,12 @@ import type {
   Selector,
 } from "../entries.ts";
 import type { Pool } from "./connection.ts";
-import { decodeKey, encodeKey, prefixBounds } from "./_key_codec.ts";
+import {
+  compareBytes,
+  decodeKey,
+  encodeKey,
+  prefixBounds,
+} from "./_key_codec.ts";
 
 /** The lock every commit takes (transaction-scoped); "entries" in ASCII. */
 const COMMIT_LOCK = 0x656e7472;
@@ -34,6 +39,9 @@ const BATCH = 500;
 
 /** The channel of change notices. */
 const CHANNEL = "key_store_changes";
+
+/** Keys one `getMany` may read, as in Deno KV. */
+const MAX_GET_MANY = 10;
 
 interface Row {
   hex: string;
@@ -56,6 +64,9 @@ export class PostgresEntries implements Entries {
   async getMany<T extends readonly unknown[]>(
     keys: readonly [...{ [K in keyof T]: EntryKey }],
   ): Promise<{ [K in keyof T]: Entry<T[K]> }> {
+    if (keys.length > MAX_GET_MANY) {
+      throw new TypeError(`Too many keys (max ${MAX_GET_MANY})`);
+    }
     const sql = this.#pool.sql;
     const encoded = keys.map((key) => encodeKey(key));
     const rows = await this.#pool.read(() =>
@@ -66,7 +77,7 @@ export class PostgresEntries implements Entries {
     );
     const found = new Map(rows.map((row) => [row.hex, row]));
     return keys.map((key, i) => {
-      const row = found.get(toHex(encoded[i]));
+      const row = found.get(encoded[i].toHex());
       return row === undefined ? { key, value: null, versionstamp: null } : {
         key,
         value: fromJson(row.value),
@@ -80,22 +91,12 @@ export class PostgresEntries implements Entries {
     options: { limit?: number; batchSize?: number } = {},
   ): AsyncIterable<Present<T>> {
     const sql = this.#pool.sql;
-    let lower: Uint8Array;
-    let inclusive: boolean;
-    let upper: Uint8Array;
-    if ("prefix" in selector) {
-      const bounds = prefixBounds(selector.prefix);
-      upper = bounds.before;
-      inclusive = selector.start !== undefined;
-      lower = inclusive ? encodeKey(selector.start!) : bounds.after;
-    } else {
-      [lower, inclusive, upper] = [
-        encodeKey(selector.start),
-        true,
-        encodeKey(selector.end),
-      ];
+    let { lower, inclusive, upper } = range(selector);
+    const limit = options.limit;
+    if (limit !== undefined && !(Number.isInteger(limit) && limit > 0)) {
+      throw new TypeError(`Limit must be a positive integer: ${limit}`);
     }
-    let left = options.limit ?? Infinity;
+    let left = limit ?? Infinity;
     const batch = Math.max(1, Math.min(options.batchSize ?? BATCH, BATCH));
     while (left > 0) {
       const count = Math.min(batch, left);
@@ -110,14 +111,17 @@ export class PostgresEntries implements Entries {
       );
       for (const row of rows) {
         yield {
-          key: decodeKey(fromHex(row.hex)),
+          key: decodeKey(Uint8Array.fromHex(row.hex)),
           value: fromJson(row.value) as T,
           versionstamp: stamp(row.versionstamp),
         };
       }
       left -= rows.length;
       if (rows.length < count) return;
-      [lower, inclusive] = [fromHex(rows[rows.length - 1].hex), false];
+      [lower, inclusive] = [
+        Uint8Array.fromHex(rows[rows.length - 1].hex),
+        false,
+      ];
     }
   }
 
@@ -162,27 +166,28 @@ class _PostgresAtomic implements Atomic {
   }
 
   set(key: EntryKey, value: unknown): this {
-    this.#writes.set(toHex(encodeKey(key)), { value: toJson(value) });
+    this.#writes.set(encodeKey(key).toHex(), { value: toJson(value) });
     return this;
   }
 
   delete(key: EntryKey): this {
-    this.#writes.set(toHex(encodeKey(key)), null);
+    this.#writes.set(encodeKey(key).toHex(), null);
     return this;
   }
 
   commit(): Promise<CommitResult> {
     const checks = this.#checks.map((check) => ({
-      hex: toHex(encodeKey(check.key)),
+      hex: encodeKey(check.key).toHex(),
       versionstamp: check.versionstamp,
     }));
-    const sets = [...this.#writes].flatMap(([k, write]) =>
+    const writes = [...this.#writes];
+    const deleted = writes.filter(([, write]) => write === null);
+    const written = writes.flatMap(([k, write]) =>
       write === null ? [] : [{ k, v: write.value }]
     );
-    const deletes = [...this.#writes].flatMap(([k, write]) =>
-      write === null ? [k] : []
-    );
-    const checked = json(checks.map((check) => check.hex));
+    const checked = JSON.stringify(checks.map((check) => check.hex));
+    const deletes = JSON.stringify(deleted.map(([k]) => k));
+    const sets = JSON.stringify(written);
     return this.#pool.transaction(async (tx) => {
       await tx`SELECT pg_advisory_xact_lock(${COMMIT_LOCK})`;
       if (checks.length > 0) {
@@ -200,17 +205,17 @@ class _PostgresAtomic implements Atomic {
       }
       const [{ next }] = await tx<{ next: string }[]>`
         SELECT nextval('entry_versionstamps')::text AS next`;
-      if (deletes.length > 0) {
+      if (deleted.length > 0) {
         await tx`
           DELETE FROM entries WHERE key IN (
             SELECT decode(h, 'hex')
-            FROM json_array_elements_text(${json(deletes)}::text::json) h)`;
+            FROM json_array_elements_text(${deletes}::text::json) h)`;
       }
-      if (sets.length > 0) {
+      if (written.length > 0) {
         await tx`
           INSERT INTO entries (key, value, versionstamp)
           SELECT decode(m->>'k', 'hex'), (m->>'v')::json, ${next}::bigint
-          FROM json_array_elements(${json(sets)}::text::json) m
+          FROM json_array_elements(${sets}::text::json) m
           ON CONFLICT (key) DO UPDATE
             SET value = EXCLUDED.value, versionstamp = EXCLUDED.versionstamp`;
       }
@@ -220,15 +225,44 @@ class _PostgresAtomic implements Atomic {
 }
 
 /**
+ * The bytes a list runs over. A selector Deno KV refuses is refused alike,
+ * so that a layout's mistake fails on both backends: a start outside the
+ * prefix would otherwise list keys outside it.
+ */
+function range(
+  selector: Selector,
+): { lower: Uint8Array; inclusive: boolean; upper: Uint8Array } {
+  if (!("prefix" in selector)) {
+    const [lower, upper] = [encodeKey(selector.start), encodeKey(selector.end)];
+    if (compareBytes(lower, upper) > 0) {
+      throw new TypeError("Start key is greater than end key");
+    }
+    return { lower, inclusive: true, upper };
+  }
+  const { after, before } = prefixBounds(selector.prefix);
+  if (selector.start === undefined) {
+    return { lower: after, inclusive: false, upper: before };
+  }
+  // Between the two bounds lie exactly the longer keys under the prefix.
+  const lower = encodeKey(selector.start);
+  if (compareBytes(lower, after) <= 0 || compareBytes(lower, before) >= 0) {
+    throw new TypeError("Start key is not in the keyspace defined by prefix");
+  }
+  return { lower, inclusive: true, upper: before };
+}
+
+/**
  * A value as stored: `{"v": …}` for JSON data, `{"u64": "…"}` for a
  * counter, so that no value can pass for the other. Anything JSON would
  * change or drop is refused at once rather than stored altered.
  */
 function toJson(value: unknown): string {
-  if (value instanceof Deno.KvU64) return json({ u64: value.value.toString() });
-  return json(
+  if (value instanceof Deno.KvU64) {
+    return JSON.stringify({ u64: value.value.toString() });
+  }
+  return JSON.stringify(
     { v: value },
-    function (this: Record<string, unknown>, key, part) {
+    function (this: Record<string, unknown>, key: string, part: unknown) {
       // The holder's own value: a Date has already become text in `part`.
       const original = this[key];
       const plain = typeof original !== "object" || original === null ||
@@ -237,10 +271,13 @@ function toJson(value: unknown): string {
       if (
         original === undefined || typeof original === "bigint" ||
         typeof original === "function" || typeof original === "symbol" ||
-        (typeof original === "number" && !Number.isFinite(original)) || !plain
+        (typeof original === "number" && !Number.isFinite(original)) ||
+        Object.is(original, -0) || !plain
       ) {
         throw new TypeError(
-          `A stored value cannot hold ${typeof original} ${key}`,
+          `A stored value cannot hold ${
+            Object.is(original, -0) ? "-0" : typeof original
+          } at ${JSON.stringify(key)}`,
         );
       }
       return part;
@@ -255,32 +292,7 @@ function fromJson(text: string): unknown {
     : stored.v;
 }
 
-function json(
-  value: unknown,
-  replacer?: (
-    this: Record<string, unknown>,
-    key: string,
-    value: unknown,
-  ) => unknown,
-): string {
-  return JSON.stringify(value, replacer);
-}
-
 /** A versionstamp as Deno KV writes one: 20 hexadecimal digits. */
 function stamp(decimal: string): string {
   return BigInt(decimal).toString(16).padStart(20, "0");
-}
-
-function toHex(bytes: Uint8Array): string {
-  return Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join(
-    "",
-  );
-}
-
-function fromHex(hex: string): Uint8Array {
-  const bytes = new Uint8Array(hex.length / 2);
-  for (let i = 0; i < bytes.length; i++) {
-    bytes[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
-  }
-  return bytes;
 }
