@@ -23,6 +23,7 @@ import {
   backoff,
   busy,
   counted,
+  hintChange,
   holdsName,
   IMPORTING,
   KEY_ID_COUNTER,
@@ -85,7 +86,7 @@ export async function changeIn<T, A extends Alters>(
       }
     }
     if ((await op.commit()).ok) {
-      if (revision > before) await kv.hint?.();
+      if (revision > before) await hintChange(kv);
       return new Committed(kind, revision, result);
     }
     if (tries >= MAX_TRIES) throw busy();

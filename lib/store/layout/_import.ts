@@ -22,6 +22,7 @@ import {
   backoff,
   busy,
   counted,
+  hintChange,
   IMPORT_REVISION,
   IMPORTING,
   INDEXED,
@@ -119,7 +120,7 @@ export async function discardIn(
     const res = await moveRevision(kv.atomic().check(current, marker), revision)
       .set(IMPORTING, newMarker("aborting", options)).commit();
     if (res.ok) {
-      await kv.hint?.();
+      await hintChange(kv);
       const ours = { key: IMPORTING, versionstamp: res.versionstamp };
       return { revision: await wipe(kv, ours), discarded: true };
     }
@@ -185,7 +186,7 @@ async function beginImport(
       "The store changed while the import began",
     );
   }
-  await kv.hint?.();
+  await hintChange(kv);
   return { key: IMPORTING, versionstamp: start.versionstamp };
 }
 
@@ -228,7 +229,7 @@ async function finishImport(
   if (!(await op.commit()).ok) {
     throw new ImportStateError("import_aborted");
   }
-  await kv.hint?.();
+  await hintChange(kv);
   return revision;
 }
 
@@ -257,7 +258,7 @@ async function wipe(kv: Entries, ours: Check): Promise<bigint> {
   const done = await moveRevision(kv.atomic().check(ours, current), revision)
     .delete(IMPORTING).commit();
   if (!done.ok) throw new ImportStateError("import_aborted");
-  await kv.hint?.();
+  await hintChange(kv);
   return revision;
 }
 

@@ -28,7 +28,7 @@
 import { expiryMs } from "../expiry.ts";
 import { nameKey, withLifecycle } from "../records.ts";
 import { storedRateLimit } from "../rate_limits.ts";
-import type { Atomic, Entry, EntryKey } from "../entries.ts";
+import type { Atomic, Entries, Entry, EntryKey } from "../entries.ts";
 import { StoreUnavailableError } from "../errors.ts";
 import type { KeyRecord } from "../types.ts";
 
@@ -133,4 +133,17 @@ export function backoff(tries: number): Promise<void> {
 /** The value of a counter entry, 0 when absent. */
 export function counted(entry: Entry<Deno.KvU64>): bigint {
   return entry.value?.value ?? 0n;
+}
+
+/**
+ * Tells other processes that a change committed. Only a hint: a server
+ * that misses it finds the change at its next poll, so a notice that
+ * cannot be sent must not turn a committed change into a reported failure.
+ */
+export async function hintChange(kv: Entries): Promise<void> {
+  try {
+    await kv.hint?.();
+  } catch {
+    // The change is committed; the servers' polls make up the notice.
+  }
 }
