@@ -27,7 +27,7 @@ import {
   acknowledged,
   WaitInterruptedError,
 } from "./lib/store/acknowledged.ts";
-import { openStore } from "./lib/store/open.ts";
+import { openStore, type OpenWait } from "./lib/store/open.ts";
 import type { KeyService } from "./lib/store/keys.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
@@ -98,7 +98,10 @@ export async function main(
     requireGrants(consoleGrants(location, files), refusal);
     // Every change waits until each running server has dropped what it
     // replaced, or that server's lease has run out (lib/auth/lease.ts).
-    store = acknowledged(await (options.open ?? openStore)(location), {
+    const open = options.open ??
+      ((at: StoreLocation) =>
+        openStore(at, { onWait: (wait) => report(describeOpenWait(wait)) }));
+    store = acknowledged(await open(location), {
       signal: interrupt.signal,
       onCommitted: () => listen(true),
       onWait: (pending, leaseMs) =>
@@ -170,6 +173,15 @@ export async function main(
 function wantsJson(args: string[]): boolean {
   const ending = args.indexOf("--");
   return (ending === -1 ? args : args.slice(0, ending)).includes("--json");
+}
+
+/** The line an opening's wait prints, so that a pause on start is explained. */
+function describeOpenWait(wait: OpenWait): string {
+  return wait.reason === "conversion"
+    ? "Waiting for another process to finish moving the key store out of an older version's tables"
+    : `Waiting ${
+      (wait.ms / 1000).toFixed(1)
+    } s before making any change: the key store was just upgraded, and servers of the older version may still answer from the keys they read before`;
 }
 
 function servers(count: number): string {

@@ -1,14 +1,17 @@
 /**
- * The seam: the few primitives a database must provide for the key store,
- * and nothing more. Every rule about keys (what a creation, a revocation, a
- * rotation, a retirement, a usage note is) lives above it, once, in
- * `changes.ts` and `keys.ts`, as do the import's (`import.ts`), the change
- * feed's (`feed.ts`) and the registry's (`registrations.ts`); a backend
- * only reads consistently, commits one change atomically, stages an import
- * out of sight and publishes it in one step, and stores registrations
- * under a version it compares and sets.
- * docs/design.md ("A third backend") says what each primitive promises;
- * tests/support/store_contract.ts and lease_contract.ts are the proof.
+ * What the rules about keys need of storage, and nothing more. Every rule
+ * (what a creation, a revocation, a rotation, a retirement, a usage note
+ * is) lives above this interface, once, in `changes.ts` and `keys.ts`, as do
+ * the import's (`import.ts`), the change feed's (`feed.ts`) and the
+ * registry's (`registrations.ts`); below it, storage reads consistently,
+ * commits one change atomically, stages an import out of sight and
+ * publishes it in one step, and keeps registrations under a version it
+ * compares and sets.
+ *
+ * It has one implementation, `layout/backend.ts`, written once over the
+ * seam's entries (`entries.ts`): a database is added by implementing the
+ * seam, not this; docs/design.md ("What a third backend must implement")
+ * says how.
  *
  * @module
  */

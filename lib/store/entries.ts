@@ -8,8 +8,8 @@
  * moves, the audit log and the change feed read from it, the import's
  * marker and the servers' registrations.
  *
- * A third backend implements {@linkcode Entries}; docs/design.md ("A third
- * backend") says what each member promises, and
+ * A third backend implements {@linkcode Entries}; docs/design.md ("What a
+ * third backend must implement") says what each member promises, and
  * tests/contract/entries_contract_test.ts with the store and lease
  * contracts are the proof.
  *

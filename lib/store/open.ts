@@ -9,10 +9,23 @@
 import type { StoreLocation } from "./location.ts";
 import { StoreInputError } from "./errors.ts";
 import type { KeyService } from "./keys.ts";
+import type { OpenWait } from "./postgres/store.ts";
+
+export type { OpenWait };
+
+/** What an opening reports while it waits (PostgreSQL only). */
+export interface OpenStoreOptions {
+  /**
+   * Called when the opening waits: for another process moving an older
+   * version's tables, or for that version's servers' leases to run out.
+   */
+  onWait?: (wait: OpenWait) => void;
+}
 
 /** Opens the store the configuration names. */
 export async function openStore(
   location: StoreLocation,
+  options: OpenStoreOptions = {},
 ): Promise<KeyService> {
   if (location.kind === "kv") {
     const { openKvStore } = await import("./kv.ts");
@@ -21,7 +34,7 @@ export async function openStore(
   if (location.kind === "postgres") {
     // Loaded only here, so that the KV path never loads the driver.
     const { openPostgresStore } = await import("./postgres/store.ts");
-    return await openPostgresStore(location.url);
+    return await openPostgresStore(location.url, { onWait: options.onWait });
   }
   const unknown: never = location;
   const kind = (unknown as { kind: string }).kind;

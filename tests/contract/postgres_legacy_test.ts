@@ -11,7 +11,10 @@ import postgres from "postgres";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import { LegacyConversionError } from "../../lib/store/postgres/_legacy.ts";
 import { migrateWith } from "../../lib/store/postgres/schema.ts";
-import { openPostgresStore } from "../../lib/store/postgres/store.ts";
+import {
+  openPostgresStore,
+  type OpenWait,
+} from "../../lib/store/postgres/store.ts";
 import type { AuditEntry, KeyStore } from "../../lib/store/types.ts";
 import {
   freshDatabase,
@@ -197,6 +200,133 @@ Deno.test({
     );
     const store = await openPostgresStore(database.url);
     try {
+      assert.equal((await store.findByHash(keys[0].hash))?.id, 1);
+      assert.deepEqual(await legacyTables(database), []);
+    } finally {
+      await store.close();
+    }
+  },
+});
+
+/** Registers a server of the older version, as its start-up did. */
+async function registerOlderServer(database: TestDatabase, leaseMs: number) {
+  await database.query(`
+    INSERT INTO instances (id, host, pid, started_at, lease_ms, acked)
+    VALUES ('older-server', 'old-host', 4242, now(), ${leaseMs}, 6)`);
+}
+
+Deno.test({
+  name:
+    "postgres legacy: after an upgrade over a running older server, no opening returns, so no change is made, until that server's lease has run out",
+  ignore: NO_DATABASE,
+  async fn() {
+    await using database = await freshDatabase();
+    const keys = await legacyDatabase(database);
+    await registerOlderServer(database, 3000);
+    const waits: OpenWait[][] = [[], []];
+    // The upgrading server and a console opened beside it.
+    const stores = await Promise.all(
+      waits.map((seen) =>
+        openPostgresStore(database.url, { onWait: (wait) => seen.push(wait) })
+      ),
+    );
+    try {
+      // By the database's clock, which the older server's lease ran on
+      // from before the upgrade's commit.
+      const [row] = await database.query(`
+        SELECT clock_timestamp() >= ends_at AS ended,
+          extract(epoch FROM ends_at - v.applied_at) * 1000 AS lease
+        FROM older_leases, schema_version v WHERE v.version = 8`);
+      assert.equal(row.ended, true);
+      assert.ok(Number(row.lease) >= 3000, `lease counted ${row.lease} ms`);
+      for (const seen of waits) {
+        const leases = seen.filter((wait) => wait.reason === "older_leases");
+        assert.ok(leases.length <= 1, JSON.stringify(seen));
+      }
+      // At least the upgrading one was told why it waited.
+      assert.ok(
+        waits.flat().some((wait) =>
+          wait.reason === "older_leases" && wait.ms > 0 && wait.ms <= 3250
+        ),
+        JSON.stringify(waits),
+      );
+      const revoked = await stores[1].revoke(1, { actor: "t", reason: "x" });
+      assert.equal(revoked.record.status, "revoked");
+      assert.equal(
+        (await stores[0].findByHash(keys[0].hash))?.status,
+        "revoked",
+      );
+    } finally {
+      await Promise.all(stores.map((store) => store.close()));
+    }
+    // Once the lease is over, an opening makes no wait.
+    const seen: OpenWait[] = [];
+    const later = await openPostgresStore(database.url, {
+      onWait: (wait) => seen.push(wait),
+    });
+    await later.close();
+    assert.deepEqual(seen, []);
+  },
+});
+
+Deno.test({
+  name:
+    "postgres legacy: an upgrade with no older server registered makes no opening wait",
+  ignore: NO_DATABASE,
+  async fn() {
+    await using database = await freshDatabase();
+    await legacyDatabase(database);
+    const seen: OpenWait[] = [];
+    const store = await openPostgresStore(database.url, {
+      onWait: (wait) => seen.push(wait),
+    });
+    await store.close();
+    assert.deepEqual(seen, []);
+    assert.deepEqual(
+      await database.query("SELECT * FROM older_leases"),
+      [],
+    );
+  },
+});
+
+Deno.test({
+  name:
+    "postgres legacy: an opening waits for another process's conversion past the statement timeout, and reports the wait",
+  ignore: NO_DATABASE,
+  async fn() {
+    await using database = await freshDatabase();
+    const keys = await legacyDatabase(database);
+    // The other process, mid-conversion: it holds the conversion's lock.
+    const other = postgres(database.url, { max: 1, onnotice: () => {} });
+    const session = await other.reserve();
+    await session`SELECT pg_advisory_lock(hashtext('keys: legacy conversion'))`;
+    const statementTimeoutMs = 300;
+    let reported!: () => void;
+    const waiting = new Promise<void>((resolve) => reported = resolve);
+    const seen: OpenWait[] = [];
+    const opening = openPostgresStore(database.url, {
+      statementTimeoutMs,
+      onWait: (wait) => {
+        seen.push(wait);
+        if (wait.reason === "conversion") reported();
+      },
+    });
+    // Failing, it fails at the await below, not as an unhandled rejection.
+    opening.catch(() => {});
+    try {
+      await waiting;
+      // Held past the opening's statement timeout, as a large import is.
+      await new Promise((resolve) =>
+        setTimeout(resolve, 3 * statementTimeoutMs)
+      );
+      await session`SELECT pg_advisory_unlock(hashtext('keys: legacy conversion'))`;
+    } finally {
+      session.release();
+      await other.end();
+    }
+    const store = await opening;
+    try {
+      assert.deepEqual(seen, [{ reason: "conversion" }]);
       assert.equal((await store.findByHash(keys[0].hash))?.id, 1);
       assert.deepEqual(await legacyTables(database), []);
     } finally {

@@ -46,16 +46,39 @@ export class LegacyConversionError extends Error {
 /** Who the conversion's audit line names. */
 const ACTOR = "schema conversion (version 8)";
 
+/** A wait an opening makes before it returns, for its caller to report. */
+export type OpenWait =
+  | { reason: "older_leases"; ms: number }
+  | { reason: "conversion" };
+
+/** How {@linkcode convertLegacy} and {@linkcode olderLeasesEnded} report a wait. */
+export interface OpenWaitOptions {
+  /** Called once when the opening has to wait, before it does. */
+  onWait?: (wait: OpenWait) => void;
+}
+
+/** The conversion's lock, held by the one process moving the rows. */
+const CONVERSION_LOCK = "keys: legacy conversion";
+
+/** How often a process waiting for another's conversion asks again. */
+const LOCK_POLL_MS = 200;
+
 /**
  * Moves the legacy tables' keys and audit lines into `store`, once, and
  * drops them; nothing to do when there are none. Several processes may
- * open the store at once: one converts, the others wait for it.
+ * open the store at once: one converts, the others wait for it, as long as
+ * it takes (a large store's import is not bounded) and without a statement
+ * timeout, which a lock wait would be subject to.
  */
-export async function convertLegacy(sql: Sql, store: KeyStore): Promise<void> {
+export async function convertLegacy(
+  sql: Sql,
+  store: KeyStore,
+  options: OpenWaitOptions = {},
+): Promise<void> {
   if (!await hasLegacy(sql)) return;
   const session = await sql.reserve();
   try {
-    await session`SELECT pg_advisory_lock(hashtext('keys: legacy conversion'))`;
+    await lockConversion(session, options);
     try {
       if (!await hasLegacy(session)) return;
       const [{ count }] = await session<{ count: number }[]>`
@@ -64,11 +87,52 @@ export async function convertLegacy(sql: Sql, store: KeyStore): Promise<void> {
       if (Number(count) > 0) await importOnce(session, store);
       await session.unsafe(`DROP TABLE ${LEGACY_TABLES.join(", ")}`);
     } finally {
-      await session`SELECT pg_advisory_unlock(hashtext('keys: legacy conversion'))`;
+      await session`SELECT pg_advisory_unlock(hashtext(${CONVERSION_LOCK}))`;
     }
   } finally {
     session.release();
   }
+}
+
+/**
+ * Takes the conversion's lock, asking again until it is free: a process
+ * that dies while converting lets it go with its connection.
+ */
+async function lockConversion(sql: Sql, options: OpenWaitOptions) {
+  for (let asked = 0;; asked++) {
+    const [{ locked }] = await sql<{ locked: boolean }[]>`
+      SELECT pg_try_advisory_lock(hashtext(${CONVERSION_LOCK})) AS locked`;
+    if (locked) return;
+    if (asked === 0) options.onWait?.({ reason: "conversion" });
+    await delay(LOCK_POLL_MS);
+  }
+}
+
+/**
+ * Returns once the leases of the servers of an older version, registered
+ * when the upgrade dropped their registrations, have run out (by the
+ * database's clock, which every opener shares). Until then such a server
+ * may still answer from the keys it read before the upgrade, and a change
+ * made now, a revocation above all, would not reach it: no change waits
+ * for a server it cannot see.
+ */
+export async function olderLeasesEnded(
+  sql: Sql,
+  options: OpenWaitOptions = {},
+): Promise<void> {
+  for (let asked = 0;; asked++) {
+    const [{ ms }] = await sql<{ ms: number }[]>`
+      SELECT ceil(greatest(0, extract(epoch FROM
+        max(ends_at) - clock_timestamp()) * 1000))::int AS ms
+      FROM older_leases`;
+    if (!(ms > 0)) return;
+    if (asked === 0) options.onWait?.({ reason: "older_leases", ms });
+    await delay(ms);
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 async function hasLegacy(sql: Sql): Promise<boolean> {

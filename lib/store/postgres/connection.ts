@@ -236,7 +236,7 @@ export class Pool {
       ) throw outcome;
       throw new StoreUnavailableError(
         "change_cancelled",
-        `The key store did not finish the change within ${timeoutMs} ms, so it was cancelled and nothing changed; check that PostgreSQL is running and that no other session holds its rows locked, then try again`,
+        `The key store did not finish the change within ${timeoutMs} ms, so it was cancelled and nothing changed; check that PostgreSQL is running and that no session sits idle in a transaction holding the store's commit lock (pg_stat_activity shows it), then try again`,
         { cause: error, timeoutMs: timeoutMs ?? undefined },
       );
     }

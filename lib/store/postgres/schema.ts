@@ -10,6 +10,8 @@
  *   What each entry holds is the layout's (lib/store/layout/_keys.ts), the
  *   same on Deno KV.
  * - `schema_version`: the migrations applied.
+ * - `older_leases`: when the leases of the servers an upgrade from a table
+ *   per kind found registered run out; every opener waits for that moment.
  *
  * Migrations 1 to 7 built a table per kind of row (`meta`, `keys`, `audit`,
  * `last_used`, `instances`, `key_usage`); they stay as released, so that a
@@ -26,6 +28,7 @@ import {
   connect,
   type PostgresStoreOptions,
   type Sql,
+  type Tx,
 } from "./connection.ts";
 
 /** The schema a database was at, and the one it is at now. */
@@ -187,7 +190,20 @@ const MIGRATIONS: readonly string[] = [
   ALTER TABLE last_used RENAME TO legacy_last_used;
   ALTER TABLE key_usage RENAME TO legacy_key_usage;
   `,
+  // 9: when the leases of an older version's servers, whose registrations
+  // 8 dropped, have run out. Until then such a server may still answer from
+  // what it read before 8, so every opener waits for this moment before it
+  // makes a change (_legacy.ts); migrateWith fills it in.
+  `
+  CREATE TABLE older_leases (ends_at timestamptz NOT NULL);
+  `,
 ];
+
+/** The step that drops the registrations of the servers of versions 4 to 7. */
+const DROPS_REGISTRATIONS = 8;
+
+/** The step that records when those servers' leases end. */
+const RECORDS_LEASES = 9;
 
 /** The newest schema version this code knows. */
 export const SCHEMA_VERSION: number = MIGRATIONS.length;
@@ -236,10 +252,40 @@ export async function migrateWith(
     if (version > SCHEMA_VERSION) {
       throw new SchemaVersionError(version, SCHEMA_VERSION);
     }
+    let leaseMs = 0;
     for (let next = version + 1; next <= target; next++) {
+      if (next === DROPS_REGISTRATIONS && version >= 4) {
+        leaseMs = await longestLease(tx);
+      }
       await tx.unsafe(MIGRATIONS[next - 1]);
       await tx`INSERT INTO schema_version (version) VALUES (${next})`;
     }
+    if (leaseMs > 0 && target >= RECORDS_LEASES) {
+      // From the clock, not the transaction's start: a lease renewed while
+      // this transaction waited for its locks runs from later. The commit
+      // follows within the margin.
+      await tx`
+        INSERT INTO older_leases (ends_at) VALUES (clock_timestamp()
+          + ${leaseMs + LEASE_MARGIN_MS} * interval '1 millisecond')`;
+    }
     return { from: version, to: Math.max(version, target) };
   }) as MigrateResult;
+}
+
+/**
+ * Added to an older server's lease: its clock and the database's agree on
+ * a few seconds' duration within far less, and the commit follows at once.
+ */
+const LEASE_MARGIN_MS = 250;
+
+/**
+ * The longest lease an older version's server registered, in milliseconds;
+ * 0 when none is registered. A registration stays until its server stops
+ * cleanly, so one that crashed costs a wait it did not need, never a
+ * missed one.
+ */
+async function longestLease(tx: Tx): Promise<number> {
+  const [{ lease }] = await tx<{ lease: number }[]>`
+    SELECT coalesce(max(lease_ms), 0)::int AS lease FROM instances`;
+  return lease;
 }

@@ -19,21 +19,29 @@ import {
   type PostgresStoreOptions,
 } from "./connection.ts";
 import { PostgresEntries } from "./entries.ts";
-import { convertLegacy } from "./_legacy.ts";
+import {
+  convertLegacy,
+  olderLeasesEnded,
+  type OpenWaitOptions,
+} from "./_legacy.ts";
 import { migrateWith, SchemaVersionError } from "./schema.ts";
 
 /** The key store on PostgreSQL, as {@linkcode openPostgresStore} opens it. */
 export type PostgresKeyStore = KeyService;
 
+export type { OpenWait } from "./_legacy.ts";
+
 /**
  * Opens a store on the PostgreSQL database at `url`, bringing its schema up
- * to date first. Throws {@linkcode SchemaVersionError} when the database is
- * newer than this code, and `StoreUnavailableError` when it cannot
- * be reached.
+ * to date first, and returns once it may be changed: after an upgrade from
+ * an older version, when that version's servers can no longer answer from
+ * what they read before it (at most one lease, 3 s). Throws
+ * {@linkcode SchemaVersionError} when the database is newer than this code,
+ * and `StoreUnavailableError` when it cannot be reached.
  */
 export async function openPostgresStore(
   url: string,
-  options: PostgresStoreOptions = {},
+  options: PostgresStoreOptions & OpenWaitOptions = {},
 ): Promise<PostgresKeyStore> {
   const sql = connect(url, options);
   try {
@@ -46,10 +54,11 @@ export async function openPostgresStore(
   try {
     // Not bounded: a large store takes as long as its import does, and a
     // second process waits for the first to finish it.
-    await convertLegacy(sql, store);
+    await convertLegacy(sql, store, options);
+    await bounded(olderLeasesEnded(sql, options), callTimeoutMs(options));
   } catch (error) {
     await store.close();
-    throw error;
+    throw openFailure(error, url);
   }
   return store;
 }
