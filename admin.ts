@@ -177,11 +177,24 @@ function wantsJson(args: string[]): boolean {
 
 /** The line an opening's wait prints, so that a pause on start is explained. */
 function describeOpenWait(wait: OpenWait): string {
-  return wait.reason === "conversion"
-    ? "Waiting for another process to finish moving the key store out of an older version's tables"
-    : `Waiting ${
+  if (wait.reason === "older_leases") {
+    return `Waiting ${
       (wait.ms / 1000).toFixed(1)
-    } s before making any change: the key store was just upgraded, and servers of the older version may still answer from the keys they read before`;
+    } s before opening the key store: it was just upgraded, and servers of the older version may still answer from the keys they read before`;
+  }
+  const holder = wait.holder;
+  const who = holder
+    ? ` (database session ${holder.pid}${
+      holder.address ? ` from ${holder.address}` : ""
+    })`
+    : "";
+  const so = wait.waitedMs >= 1000
+    ? `, ${Math.round(wait.waitedMs / 1000)} s so far`
+    : "";
+  const fix = holder
+    ? `; if it has stopped, end its session with SELECT pg_terminate_backend(${holder.pid})`
+    : "";
+  return `Waiting for another process${who} to finish moving the key store out of an older version's tables${so}${fix}`;
 }
 
 function servers(count: number): string {

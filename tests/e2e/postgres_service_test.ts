@@ -17,6 +17,13 @@ import {
 import { check } from "../support/http.ts";
 import { GIVE_UP_MS } from "../support/wait.ts";
 import { freshDatabase, NO_DATABASE, ownCluster } from "../support/postgres.ts";
+import {
+  databaseNow,
+  legacyDatabase,
+  OLDER_LEASE_MS,
+  olderLeasesEnd,
+  registerOlderServer,
+} from "../support/legacy_postgres.ts";
 
 Deno.test({
   name:
@@ -191,6 +198,46 @@ Deno.test({
       });
       assert.equal(start.code, 1);
       assert.equal(start.stderr.trim(), expected);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "the first console of this version over an older version's database with a server still registered says why it waits, then revokes, after that server's lease",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using database = await freshDatabase();
+    const generated = await legacyDatabase(database);
+    await registerOlderServer(database, OLDER_LEASE_MS);
+    const env = { DATABASE_URL: database.url };
+    const revoke = await keys(dir.path, [
+      "revoke",
+      "1",
+      "--reason",
+      "left",
+      "--json",
+    ], env);
+    assert.equal(revoke.code, 0, revoke.stderr);
+    assert.equal(JSON.parse(revoke.stdout).status, "revoked");
+    const waits = revoke.stderr.split("\n").filter((line) =>
+      line.startsWith("Waiting ")
+    );
+    assert.equal(waits.length, 1, revoke.stderr);
+    assert.match(
+      waits[0],
+      /^Waiting \d+\.\d s before opening the key store: it was just upgraded/,
+    );
+    // The revocation was made once no older server could still accept it
+    // (the console's clock and the database's are this machine's).
+    const revokedAt = Date.parse(JSON.parse(revoke.stdout).revokedAt);
+    const ends = await olderLeasesEnd(database);
+    assert.ok(ends !== null);
+    assert.ok(revokedAt >= ends - 50, `revoked ${ends - revokedAt} ms early`);
+    assert.ok(await databaseNow(database) >= ends);
+    for (const out of [revoke.stdout, revoke.stderr]) {
+      for (const made of generated) assert.ok(!out.includes(made.key));
     }
   },
 });

@@ -49,12 +49,33 @@ const ACTOR = "schema conversion (version 8)";
 /** A wait an opening makes before it returns, for its caller to report. */
 export type OpenWait =
   | { reason: "older_leases"; ms: number }
-  | { reason: "conversion" };
+  | {
+    reason: "conversion";
+    /** How long this opening has waited so far. */
+    waitedMs: number;
+    /** The session holding the conversion, when the database shows it. */
+    holder?: ConversionHolder;
+  };
+
+/** The database session of the process converting, for an operator to find it. */
+export interface ConversionHolder {
+  /** Its backend's process id, as `pg_terminate_backend` takes it. */
+  pid: number;
+  /** Its client's address; absent over a Unix socket. */
+  address?: string;
+  /** The application name it connected with, when it gave one. */
+  application?: string;
+}
 
 /** How {@linkcode convertLegacy} and {@linkcode olderLeasesEnded} report a wait. */
 export interface OpenWaitOptions {
-  /** Called once when the opening has to wait, before it does. */
+  /**
+   * Called when the opening has to wait, before it does, and again every
+   * {@linkcode REPORT_EVERY_MS} while a conversion keeps it waiting.
+   */
   onWait?: (wait: OpenWait) => void;
+  /** How often a long wait for a conversion is reported again; {@linkcode REPORT_EVERY_MS} unless set. */
+  reportEveryMs?: number;
 }
 
 /** The conversion's lock, held by the one process moving the rows. */
@@ -62,6 +83,9 @@ const CONVERSION_LOCK = "keys: legacy conversion";
 
 /** How often a process waiting for another's conversion asks again. */
 const LOCK_POLL_MS = 200;
+
+/** How often a long wait for another's conversion is reported again. */
+export const REPORT_EVERY_MS = 10_000;
 
 /**
  * Moves the legacy tables' keys and audit lines into `store`, once, and
@@ -99,13 +123,53 @@ export async function convertLegacy(
  * that dies while converting lets it go with its connection.
  */
 async function lockConversion(sql: Sql, options: OpenWaitOptions) {
-  for (let asked = 0;; asked++) {
+  const started = performance.now();
+  let reported = -Infinity;
+  for (;;) {
     const [{ locked }] = await sql<{ locked: boolean }[]>`
       SELECT pg_try_advisory_lock(hashtext(${CONVERSION_LOCK})) AS locked`;
     if (locked) return;
-    if (asked === 0) options.onWait?.({ reason: "conversion" });
+    const waitedMs = performance.now() - started;
+    const every = options.reportEveryMs ?? REPORT_EVERY_MS;
+    if (options.onWait && waitedMs - reported >= every) {
+      reported = waitedMs;
+      const holder = await conversionHolder(sql);
+      options.onWait({
+        reason: "conversion",
+        waitedMs: Math.round(waitedMs),
+        ...holder && { holder },
+      });
+    }
     await delay(LOCK_POLL_MS);
   }
+}
+
+/**
+ * The session holding the conversion's lock, so that a wait on one that
+ * hangs can be ended; undefined when it is gone or not visible to this role.
+ */
+async function conversionHolder(
+  sql: Sql,
+): Promise<ConversionHolder | undefined> {
+  // A lock on one bigint key shows its high half as classid, its low as objid.
+  const rows = await sql<
+    { pid: number; address: string | null; application: string }[]
+  >`
+    SELECT a.pid, host(a.client_addr) AS address,
+      a.application_name AS application
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.classid = ((hashtext(${CONVERSION_LOCK})::bigint >> 32)
+        & 4294967295)::bigint::oid
+      AND l.objid = (hashtext(${CONVERSION_LOCK})::bigint & 4294967295)::oid
+    LIMIT 1`.catch(() => []);
+  const row = rows[0];
+  if (row === undefined) return undefined;
+  return {
+    pid: row.pid,
+    ...row.address && { address: row.address },
+    ...row.application && { application: row.application },
+  };
 }
 
 /**
@@ -123,7 +187,7 @@ export async function olderLeasesEnded(
   for (let asked = 0;; asked++) {
     const [{ ms }] = await sql<{ ms: number }[]>`
       SELECT ceil(greatest(0, extract(epoch FROM
-        max(ends_at) - clock_timestamp()) * 1000))::int AS ms
+        max(ends_at) - clock_timestamp()) * 1000))::float8 AS ms
       FROM older_leases`;
     if (!(ms > 0)) return;
     if (asked === 0) options.onWait?.({ reason: "older_leases", ms });

@@ -279,13 +279,27 @@ export async function migrateWith(
 const LEASE_MARGIN_MS = 250;
 
 /**
+ * The longest lease an older version's server could still claim: versions
+ * 4 to 7 refused a longer one (their lib/auth/lease.ts) and their changes
+ * waited no longer, so a larger `lease_ms`, written by hand or by a broken
+ * server, cannot stretch the wait past what they would have honoured.
+ */
+const OLDER_LEASE_LIMIT_MS = 3000;
+
+/**
  * The longest lease an older version's server registered, in milliseconds;
  * 0 when none is registered. A registration stays until its server stops
  * cleanly, so one that crashed costs a wait it did not need, never a
  * missed one.
  */
 async function longestLease(tx: Tx): Promise<number> {
+  // Held until the commit: an older server that registers or renews after
+  // this read would otherwise start a lease no one waits for, since the
+  // table is dropped without looking again. It now waits, then fails with
+  // the dropped table and stops answering.
+  await tx`LOCK TABLE instances IN SHARE MODE`;
   const [{ lease }] = await tx<{ lease: number }[]>`
-    SELECT coalesce(max(lease_ms), 0)::int AS lease FROM instances`;
+    SELECT least(coalesce(max(lease_ms), 0), ${OLDER_LEASE_LIMIT_MS})::int
+      AS lease FROM instances`;
   return lease;
 }
