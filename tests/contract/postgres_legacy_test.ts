@@ -259,6 +259,11 @@ Deno.test({
   async fn() {
     await using database = await freshDatabase();
     const keys = await legacyDatabase(database);
+    // Another database of the same cluster, mid-conversion first: its lock
+    // is its own, and its session is not the one to name.
+    await using elsewhere = await freshDatabase();
+    const neighbour = postgres(elsewhere.url, { max: 1, onnotice: () => {} });
+    await neighbour`SELECT pg_advisory_lock(hashtext('keys: legacy conversion'))`;
     // The other process, mid-conversion: it holds the conversion's lock.
     const other = postgres(database.url, { max: 1, onnotice: () => {} });
     const session = await other.reserve();
@@ -288,6 +293,7 @@ Deno.test({
     } finally {
       session.release();
       await other.end();
+      await neighbour.end();
     }
     const store = await opening;
     try {

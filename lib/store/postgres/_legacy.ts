@@ -151,7 +151,8 @@ async function lockConversion(sql: Sql, options: OpenWaitOptions) {
 async function conversionHolder(
   sql: Sql,
 ): Promise<ConversionHolder | undefined> {
-  // A lock on one bigint key shows its high half as classid, its low as objid.
+  // A lock on one bigint key shows its high half as classid, its low as
+  // objid; advisory locks are per database, pg_locks the whole cluster's.
   const rows = await sql<
     { pid: number; address: string | null; application: string }[]
   >`
@@ -159,6 +160,8 @@ async function conversionHolder(
       a.application_name AS application
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (
+        SELECT oid FROM pg_database WHERE datname = current_database())
       AND l.classid = ((hashtext(${CONVERSION_LOCK})::bigint >> 32)
         & 4294967295)::bigint::oid
       AND l.objid = (hashtext(${CONVERSION_LOCK})::bigint & 4294967295)::oid
