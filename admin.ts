@@ -182,6 +182,14 @@ function describeOpenWait(wait: OpenWait): string {
       (wait.ms / 1000).toFixed(1)
     } s before opening the key store: it was just upgraded, and servers of the older version may still answer from the keys they read before`;
   }
+  if (wait.reason === "moving") {
+    const count = (n: number) => n.toLocaleString("en-US");
+    return `Moving the key store out of an older version's tables: ${
+      count(wait.moved)
+    } of ${
+      count(wait.total)
+    } rows; no server accepts a key until the move is done`;
+  }
   const holder = wait.holder;
   const who = holder
     ? ` (database session ${holder.pid}${

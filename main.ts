@@ -37,7 +37,7 @@ import {
 } from "./lib/server/serve.ts";
 import { serveOnSocket, SocketPathError } from "./lib/server/socket.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
-import { StoreUnavailableError } from "./lib/store/errors.ts";
+import { StoreOpenError, StoreUnavailableError } from "./lib/store/errors.ts";
 import { counted } from "./lib/store/counted.ts";
 import { openStore } from "./lib/store/open.ts";
 import { UsageRecorder } from "./lib/usage/networks.ts";
@@ -202,6 +202,7 @@ function startFailure(error: unknown): string {
   if (error instanceof PermissionsMissingError) return error.message;
   // Worded for the operator, naming DATABASE_URL and the fix.
   if (error instanceof StoreUnavailableError) return error.message;
+  if (error instanceof StoreOpenError) return error.message;
   if (error instanceof Deno.errors.NotCapable) {
     return `The start was refused a permission the configuration did not name (${error.message}); start it with deno task start`;
   }

@@ -13,6 +13,8 @@ import { describeStoreError } from "./store_errors.ts";
 import {
   type StoreInputCode,
   StoreInputError,
+  type StoreOpenCode,
+  StoreOpenError,
   type StoreUnavailableCode,
   StoreUnavailableError,
 } from "../store/errors.ts";
@@ -57,6 +59,7 @@ export type ConsoleErrorCode =
   | CommandCode
   | StoreInputCode
   | StoreUnavailableCode
+  | StoreOpenCode
   | BackupErrorCode
   | "config_invalid"
   | "permissions_missing"
@@ -117,6 +120,8 @@ export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
   "store_overloaded",
   "change_unconfirmed",
   "change_cancelled",
+  "schema_too_new",
+  "legacy_conversion_failed",
   "config_invalid",
   "permissions_missing",
   "permission_refused",
@@ -179,7 +184,7 @@ export function failure(error: unknown): string {
   if (
     error instanceof ConfigError || error instanceof CommandError ||
     error instanceof BackupError || error instanceof UsageError ||
-    error instanceof PermissionsMissingError
+    error instanceof PermissionsMissingError || error instanceof StoreOpenError
   ) {
     return error.message;
   }
@@ -202,6 +207,7 @@ export function errorCode(error: unknown): ConsoleErrorCode {
     error instanceof UsageError || error instanceof CommandError ||
     error instanceof StoreInputError ||
     error instanceof StoreUnavailableError ||
+    error instanceof StoreOpenError ||
     error instanceof BackupError
   ) {
     return error.code;

@@ -327,3 +327,28 @@ export class StoreUnavailableError extends Error {
     this.timeoutMs = options.timeoutMs;
   }
 }
+
+/** Every code of {@linkcode StoreOpenError}. */
+export type StoreOpenCode = "schema_too_new" | "legacy_conversion_failed";
+
+/**
+ * A store that cannot be opened until its operator acts: a schema newer
+ * than this code, or an older version's tables it cannot move. Its message
+ * names the fix, as the server and the console both print it.
+ */
+export class StoreOpenError extends Error {
+  override name = "StoreOpenError";
+  readonly code: StoreOpenCode;
+
+  constructor(
+    code: StoreOpenCode,
+    message: string,
+    options: { cause?: unknown } = {},
+  ) {
+    super(
+      message,
+      options.cause === undefined ? undefined : { cause: options.cause },
+    );
+    this.code = code;
+  }
+}

@@ -241,3 +241,51 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "a database the console and the server cannot open until its operator acts (an older version's row they refuse, a newer schema) stops both with one line naming it, console code legacy_conversion_failed or schema_too_new",
+  ignore: NO_DATABASE,
+  async fn() {
+    using dir = tempDir();
+    await using refused = await freshDatabase();
+    await legacyDatabase(refused);
+    await refused.query(
+      "UPDATE keys SET created_at = 'infinity' WHERE id = 2",
+    );
+    await using newer = await freshDatabase();
+    const opened = await keys(dir.path, ["list"], {
+      DATABASE_URL: newer.url,
+    });
+    assert.equal(opened.code, 0, opened.stderr);
+    await newer.query("INSERT INTO schema_version (version) VALUES (99)");
+    for (
+      const [database, code, line] of [
+        [
+          refused,
+          "legacy_conversion_failed",
+          /^The key store's tables from an older version cannot be moved .*legacy_keys row 2: created_at .*correct that row in its legacy_\* table with SQL \(psql\), then start again$/,
+        ],
+        [
+          newer,
+          "schema_too_new",
+          /^The key store's schema is at version 99, newer than the \d+ this service knows; upgrade the service or point DATABASE_URL at another database$/,
+        ],
+      ] as const
+    ) {
+      const env = { DATABASE_URL: database.url };
+      const listed = await keys(dir.path, ["list"], env);
+      assert.equal(listed.code, 1);
+      // After the report of the move it began, when there was one.
+      assert.match(listed.stderr.trim().split("\n").at(-1)!, line);
+      const json = await keys(dir.path, ["list", "--json"], env);
+      assert.equal(JSON.parse(json.stdout).error.code, code);
+      const start = await runTask("start", {
+        cwd: dir.path,
+        env: { ...env, PORT: "0", HOST: "127.0.0.1" },
+      });
+      assert.equal(start.code, 1);
+      assert.match(start.stderr.trim().split("\n").at(-1)!, line);
+    }
+  },
+});

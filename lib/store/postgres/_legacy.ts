@@ -11,10 +11,11 @@
  */
 
 import { withUsage } from "../backend.ts";
-import { StoreInputError } from "../errors.ts";
+import { StoreInputError, StoreOpenError } from "../errors.ts";
 import { storedRateLimit } from "../rate_limits.ts";
 import type { AuditEntry, ExportItem, KeyRecord, KeyStore } from "../types.ts";
 import type { Sql } from "./connection.ts";
+import { OLDER_WAIT_LIMIT_MS } from "./schema.ts";
 
 /** The tables migration 8 renamed, dropped once their contents moved. */
 const LEGACY_TABLES = [
@@ -28,16 +29,17 @@ const LEGACY_TABLES = [
 /**
  * The older version's tables hold what the store's import refuses, so
  * nothing was moved: they stay as they were, and no key works until the
- * operator fixes the rows named or moves the store by export and import.
+ * operator corrects the rows named. An older release cannot help: the
+ * schema is already past what it knows.
  */
-export class LegacyConversionError extends Error {
+export class LegacyConversionError extends StoreOpenError {
   override name = "LegacyConversionError";
-  readonly code = "legacy_conversion_failed";
 
   constructor(cause: unknown) {
     const reason = cause instanceof Error ? cause.message : String(cause);
     super(
-      `The key store's tables from an older version cannot be moved into this version's entries (${reason}); nothing was moved and the legacy_* tables are unchanged: fix the row named there, or export the keys with the older version and import them into an empty database`,
+      "legacy_conversion_failed",
+      `The key store's tables from an older version cannot be moved into this version's entries (${reason}); nothing was moved and the legacy_* tables are unchanged: correct that row in its legacy_* table with SQL (psql), then start again`,
       { cause },
     );
   }
@@ -49,6 +51,13 @@ const ACTOR = "schema conversion (version 8)";
 /** A wait an opening makes before it returns, for its caller to report. */
 export type OpenWait =
   | { reason: "older_leases"; ms: number }
+  | {
+    reason: "moving";
+    /** Rows of the older version's tables moved so far. */
+    moved: number;
+    /** Rows to move: keys and audit lines. */
+    total: number;
+  }
   | {
     reason: "conversion";
     /** How long this opening has waited so far. */
@@ -71,10 +80,11 @@ export interface ConversionHolder {
 export interface OpenWaitOptions {
   /**
    * Called when the opening has to wait, before it does, and again every
-   * {@linkcode REPORT_EVERY_MS} while a conversion keeps it waiting.
+   * {@linkcode REPORT_EVERY_MS} while a conversion (its own or another's)
+   * keeps it waiting.
    */
   onWait?: (wait: OpenWait) => void;
-  /** How often a long wait for a conversion is reported again; {@linkcode REPORT_EVERY_MS} unless set. */
+  /** How often a long conversion is reported again; {@linkcode REPORT_EVERY_MS} unless set. */
   reportEveryMs?: number;
 }
 
@@ -108,7 +118,10 @@ export async function convertLegacy(
       const [{ count }] = await session<{ count: number }[]>`
         SELECT (SELECT count(*) FROM legacy_keys)
           + (SELECT count(*) FROM legacy_audit) AS count`;
-      if (Number(count) > 0) await importOnce(session, store);
+      const total = Number(count);
+      if (total > 0) {
+        await importOnce(store, legacyItems(session, progress(total, options)));
+      }
       await session.unsafe(`DROP TABLE ${LEGACY_TABLES.join(", ")}`);
     } finally {
       await session`SELECT pg_advisory_unlock(hashtext(${CONVERSION_LOCK}))`;
@@ -193,8 +206,18 @@ export async function olderLeasesEnded(
         max(ends_at) - clock_timestamp()) * 1000))::float8 AS ms
       FROM older_leases`;
     if (!(ms > 0)) return;
-    if (asked === 0) options.onWait?.({ reason: "older_leases", ms });
-    await delay(ms);
+    const wait = Math.min(ms, OLDER_WAIT_LIMIT_MS);
+    if (asked === 0) options.onWait?.({ reason: "older_leases", ms: wait });
+    await delay(wait);
+    if (ms > OLDER_WAIT_LIMIT_MS) {
+      // Further off than any lease it counts could be: the database's clock
+      // was set back since (or the row was written by hand). It was written
+      // before this opening read it, so having waited the longest lease
+      // since, every lease it counts is over, whatever the clock says now;
+      // removed, so that no later opening waits on it again.
+      await sql`DELETE FROM older_leases`;
+      return;
+    }
   }
 }
 
@@ -213,10 +236,13 @@ async function hasLegacy(sql: Sql): Promise<boolean> {
  * unfinished, which is discarded first; one that died after publishing left
  * the store full, and only the drop remains.
  */
-async function importOnce(sql: Sql, store: KeyStore): Promise<void> {
+async function importOnce(
+  store: KeyStore,
+  items: AsyncIterable<ExportItem>,
+): Promise<void> {
   await store.abortImport({ actor: ACTOR });
   try {
-    await store.importAll(legacyItems(sql), { actor: ACTOR });
+    await store.importAll(items, { actor: ACTOR });
   } catch (error) {
     if (error instanceof StoreInputError && error.code === "import_not_empty") {
       return;
@@ -230,29 +256,93 @@ async function importOnce(sql: Sql, store: KeyStore): Promise<void> {
   }
 }
 
-/** The legacy rows as an export's items: keys in id order, then the audit log. */
-async function* legacyItems(sql: Sql): AsyncIterable<ExportItem> {
-  const keys = await sql<LegacyKey[]>`
-    SELECT k.*, u.at AS last_used_at, g.networks, g.refused
-    FROM legacy_keys k LEFT JOIN legacy_last_used u ON u.key_id = k.id
-      LEFT JOIN legacy_key_usage g ON g.key_id = k.id
-    ORDER BY k.id`;
-  for (const row of keys) yield { type: "key", record: toRecord(row) };
-  const audit = await sql<
-    LegacyAudit[]
-  >`SELECT * FROM legacy_audit ORDER BY seq`;
-  for (const row of audit) {
-    yield {
-      type: "audit",
-      entry: {
-        at: row.at.toISOString(),
-        action: row.action,
-        keyId: Number(row.key_id),
-        actor: row.actor,
-        detail: row.detail,
-      },
-    };
+/**
+ * Reports the move when it starts and every {@linkcode REPORT_EVERY_MS}
+ * after; returns what the items call with the rows moved so far.
+ */
+function progress(
+  total: number,
+  options: OpenWaitOptions,
+): (moved: number) => void {
+  const every = options.reportEveryMs ?? REPORT_EVERY_MS;
+  let reported = performance.now();
+  options.onWait?.({ reason: "moving", moved: 0, total });
+  return (moved) => {
+    const now = performance.now();
+    if (now - reported < every) return;
+    reported = now;
+    options.onWait?.({ reason: "moving", moved, total });
+  };
+}
+
+/**
+ * Rows per read of a legacy table: however large the table, each read ends
+ * well within the statement timeout and holds only this many rows.
+ */
+const PAGE_ROWS = 2000;
+
+/**
+ * The legacy rows as an export's items, keys in id order, then the audit
+ * log, each read a page at a time after the last row read.
+ */
+async function* legacyItems(
+  sql: Sql,
+  moved: (rows: number) => void,
+): AsyncIterable<ExportItem> {
+  let rows = 0;
+  for (let after: string | null = null;;) {
+    const page: LegacyKey[] = await sql<LegacyKey[]>`
+      SELECT k.*, u.at AS last_used_at, g.networks, g.refused
+      FROM legacy_keys k LEFT JOIN legacy_last_used u ON u.key_id = k.id
+        LEFT JOIN legacy_key_usage g ON g.key_id = k.id
+      WHERE ${after}::bigint IS NULL OR k.id > ${after}::bigint
+      ORDER BY k.id LIMIT ${PAGE_ROWS}`;
+    for (const row of page) {
+      yield { type: "key", record: toRecord(row) };
+      moved(++rows);
+    }
+    if (page.length < PAGE_ROWS) break;
+    after = page[page.length - 1].id;
   }
+  for (let after: string | null = null;;) {
+    const page: LegacyAudit[] = await sql<LegacyAudit[]>`
+      SELECT * FROM legacy_audit
+      WHERE ${after}::bigint IS NULL OR seq > ${after}::bigint
+      ORDER BY seq LIMIT ${PAGE_ROWS}`;
+    for (const row of page) {
+      yield {
+        type: "audit",
+        entry: {
+          at: instant(row.at, { table: "legacy_audit", row: row.seq }),
+          action: row.action,
+          keyId: Number(row.key_id),
+          actor: row.actor,
+          detail: row.detail,
+        },
+      };
+      moved(++rows);
+    }
+    if (page.length < PAGE_ROWS) break;
+    after = page[page.length - 1].seq;
+  }
+}
+
+/**
+ * A time as the store holds it. PostgreSQL holds times JavaScript cannot
+ * (`infinity`, years past 275760): such a row is refused by name, as the
+ * import refuses any other.
+ */
+function instant(
+  value: Date,
+  where: { table: string; row: string; column?: string },
+): string {
+  if (!Number.isNaN(value.getTime())) return value.toISOString();
+  throw new StoreInputError(
+    where.table === "legacy_audit" ? "import_bad_audit" : "import_bad_key",
+    `${where.table} row ${where.row}: ${
+      where.column ?? "at"
+    } is not a time this version can hold (infinity, or a year past 275760)`,
+  );
 }
 
 /** A row of `legacy_keys`, with its last use and usage lists joined. */
@@ -280,6 +370,7 @@ interface LegacyKey {
 
 /** A row of `legacy_audit`. */
 interface LegacyAudit {
+  seq: string;
   at: Date;
   action: AuditEntry["action"];
   key_id: string;
@@ -288,7 +379,10 @@ interface LegacyAudit {
 }
 
 function toRecord(row: LegacyKey): KeyRecord {
-  const time = (value: Date | null) => value?.toISOString() ?? null;
+  const at = (column: keyof LegacyKey & string) =>
+    instant(row[column] as Date, { table: "legacy_keys", row: row.id, column });
+  const time = (column: keyof LegacyKey & string) =>
+    row[column] === null ? null : at(column);
   const id = (value: string | null) => value === null ? null : Number(value);
   return withUsage({
     id: Number(row.id),
@@ -297,13 +391,13 @@ function toRecord(row: LegacyKey): KeyRecord {
     status: row.status,
     hash: row.hash,
     hint: row.hint,
-    createdAt: row.created_at.toISOString(),
-    revokedAt: time(row.revoked_at),
+    createdAt: at("created_at"),
+    revokedAt: time("revoked_at"),
     revokedReason: row.revoked_reason,
-    exposedAt: time(row.exposed_at),
+    exposedAt: time("exposed_at"),
     exposedFrom: row.exposed_from,
     lastUsedAt: null,
-    expiresAt: time(row.expires_at),
+    expiresAt: time("expires_at"),
     replacedBy: id(row.replaced_by),
     retires: id(row.retires),
     allowFrom: row.allow_from,
@@ -311,7 +405,7 @@ function toRecord(row: LegacyKey): KeyRecord {
     networks: [],
     refusedUses: [],
   }, {
-    lastUsedAt: time(row.last_used_at),
+    lastUsedAt: time("last_used_at"),
     networks: row.networks ?? [],
     refused: row.refused ?? [],
   });

@@ -22,6 +22,7 @@
  */
 
 import { bounded } from "../../util/bounded.ts";
+import { StoreOpenError, StoreUnavailableError } from "../errors.ts";
 import {
   asUnavailable,
   callTimeoutMs,
@@ -41,9 +42,8 @@ export interface MigrateResult {
  * The database holds a schema newer than this code knows. The message names
  * the operator's fix, as the server and the console both print it.
  */
-export class SchemaVersionError extends Error {
+export class SchemaVersionError extends StoreOpenError {
   override name = "SchemaVersionError";
-  readonly code = "schema_too_new";
   /** The database's schema version. */
   readonly found: number;
   /** The newest version this code knows. */
@@ -51,6 +51,7 @@ export class SchemaVersionError extends Error {
 
   constructor(found: number, known: number) {
     super(
+      "schema_too_new",
       `The key store's schema is at version ${found}, newer than the ${known} this service knows; upgrade the service or point DATABASE_URL at another database`,
     );
     this.found = found;
@@ -239,9 +240,60 @@ export async function migrateWith(
   options: { to?: number } = {},
 ): Promise<MigrateResult> {
   const target = options.to ?? SCHEMA_VERSION;
+  try {
+    return await migrateOnce(sql, target);
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== LOCK_NOT_AVAILABLE) throw error;
+    throw new StoreUnavailableError(
+      "store_busy",
+      `The key store's schema could not be upgraded: ${await lockHolders(
+        sql,
+      )} kept its tables locked; end that session (SELECT pg_terminate_backend(pid)) or let it finish, then start again`,
+      { cause: error },
+    );
+  }
+}
+
+/** PostgreSQL's SQLSTATE for a lock not granted within `lock_timeout`. */
+const LOCK_NOT_AVAILABLE = "55P03";
+
+/**
+ * Who holds a lock on the tables of schema 1 to 7, which migration 8
+ * renames, for the operator to end:
+ * a transaction left open in psql, a console of that version paused
+ * mid-change, a running pg_dump.
+ */
+async function lockHolders(sql: Sql): Promise<string> {
+  const rows = await sql<
+    { pid: number; application: string; address: string | null }[]
+  >`
+    SELECT DISTINCT a.pid, a.application_name AS application,
+      host(a.client_addr) AS address
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.granted AND a.pid <> pg_backend_pid()
+      AND l.relation IN (
+        SELECT to_regclass(name)::oid FROM (VALUES ('meta'), ('keys'),
+          ('audit'), ('last_used'), ('instances'), ('key_usage')) older(name))
+    ORDER BY a.pid`.catch(() => []);
+  if (rows.length === 0) {
+    return "another session (a transaction left open in psql, a paused console of an older version, a running pg_dump)";
+  }
+  return rows.map((row) =>
+    `database session ${row.pid}${
+      row.application ? ` (${row.application})` : ""
+    }${row.address ? ` from ${row.address}` : ""}`
+  ).join(", ");
+}
+
+async function migrateOnce(sql: Sql, target: number): Promise<MigrateResult> {
   return await sql.begin(async (tx) => {
     // One migration at a time, even when several instances start together.
     await tx`SELECT pg_advisory_xact_lock(hashtext('keys: schema migration'))`;
+    // A lock held on a table for longer fails as itself, before the
+    // statement's own timeout, so that the failure can name the holder.
+    await tx`SELECT set_config('lock_timeout', (extract(epoch FROM
+      current_setting('statement_timeout')::interval) * 800)::bigint::text,
+      true)`;
     await tx`
       CREATE TABLE IF NOT EXISTS schema_version (
         version integer PRIMARY KEY,
@@ -285,6 +337,13 @@ const LEASE_MARGIN_MS = 250;
  * server, cannot stretch the wait past what they would have honoured.
  */
 const OLDER_LEASE_LIMIT_MS = 3000;
+
+/**
+ * The longest an opening may need to wait after `older_leases` was written:
+ * no lease it counts ends later than this after its writing.
+ */
+export const OLDER_WAIT_LIMIT_MS: number = OLDER_LEASE_LIMIT_MS +
+  LEASE_MARGIN_MS;
 
 /**
  * The longest lease an older version's server registered, in milliseconds;

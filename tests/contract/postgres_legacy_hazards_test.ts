@@ -1,0 +1,213 @@
+/**
+ * What an older version's database may hold or be going through when this
+ * version first opens it: more rows than one read should take, times
+ * JavaScript cannot hold, a session holding its tables, a clock set back
+ * after the upgrade. Each ends in the keys moved whole or in one line that
+ * names the thing to fix, with nothing moved.
+ */
+
+import assert from "node:assert/strict";
+import postgres from "postgres";
+import { LegacyConversionError } from "../../lib/store/postgres/_legacy.ts";
+import {
+  openPostgresStore,
+  type OpenWait,
+} from "../../lib/store/postgres/store.ts";
+import { StoreUnavailableError } from "../../lib/store/errors.ts";
+import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { legacyDatabase, olderLeasesEnd } from "../support/legacy_postgres.ts";
+
+/** More than two pages of the move's reads (it reads 2,000 rows at a time). */
+const MANY = 4321;
+
+Deno.test({
+  name:
+    "postgres legacy: thousands of keys and audit lines, ids with gaps up to 2^31, move whole and in order, and the move reports its progress up to every row",
+  ignore: NO_DATABASE,
+  async fn() {
+    await using database = await freshDatabase();
+    await legacyDatabase(database);
+    // Ids 10, 20, …, and the last ones near 2^31, so that a page boundary
+    // falls on a gap and on a large id.
+    await database.query(`
+      INSERT INTO keys (id, name, name_key, email, status, hash, hint,
+          created_at)
+        SELECT CASE WHEN i > ${MANY - 3} THEN 2000000000 + i ELSE i * 10 END,
+          'site-' || i, 'site-' || i, 'ops@example.com', 'valid',
+          encode(sha256(('key ' || i)::bytea), 'hex'), 'isk_…' || i,
+          '2026-01-01T00:00:00Z'
+        FROM generate_series(1, ${MANY}) i;
+      INSERT INTO audit (seq, at, action, key_id, actor, detail)
+        SELECT 6 + i * 3, '2026-03-01T00:00:00Z'::timestamptz
+            + i * interval '1 second', 'create', 1, 'ops@host', 'line ' || i
+        FROM generate_series(1, ${MANY}) i;
+      UPDATE meta SET last_key_id = 2000000000 + ${MANY}`);
+    const seen: OpenWait[] = [];
+    // Every row reported, so that the count can be followed to its end.
+    const store = await openPostgresStore(database.url, {
+      reportEveryMs: 0,
+      onWait: (wait) => seen.push(wait),
+    });
+    try {
+      const keys = await Array.fromAsync(store.list({ includeRevoked: true }));
+      assert.equal(keys.length, 3 + MANY);
+      const ids = keys.map((key) => key.id);
+      assert.deepEqual(ids, [...ids].sort((a, b) => a - b));
+      assert.equal(ids.at(-1), 2000000000 + MANY);
+      const details: string[] = [];
+      for await (const line of store.audit()) {
+        if (line.detail?.startsWith("line ")) details.push(line.detail);
+      }
+      assert.deepEqual(
+        details,
+        Array.from({ length: MANY }, (_, i) => `line ${i + 1}`),
+      );
+    } finally {
+      await store.close();
+    }
+    const moving = seen.filter((wait) => wait.reason === "moving");
+    const total = 3 + MANY + 6 + MANY;
+    assert.deepEqual(moving[0], { reason: "moving", moved: 0, total });
+    assert.deepEqual(moving.at(-1), { reason: "moving", moved: total, total });
+    for (let i = 1; i < moving.length; i++) {
+      const [before, after] = [moving[i - 1], moving[i]];
+      if (before.reason !== "moving" || after.reason !== "moving") continue;
+      assert.ok(after.moved > before.moved, "progress only goes forward");
+    }
+  },
+});
+
+/** A time JavaScript cannot hold, where it sits, and the SQL that corrects it. */
+const UNHOLDABLE_TIMES = [{
+  table: "legacy_keys",
+  column: "created_at",
+  row: "2",
+  set: "UPDATE keys SET created_at = 'infinity' WHERE id = 2",
+  fix: "UPDATE legacy_keys SET created_at = '2026-01-02' WHERE id = 2",
+}, {
+  table: "legacy_keys",
+  column: "expires_at",
+  row: "3",
+  set: "UPDATE keys SET expires_at = '290000-01-01' WHERE id = 3",
+  fix: "UPDATE legacy_keys SET expires_at = NULL WHERE id = 3",
+}, {
+  table: "legacy_keys",
+  column: "last_used_at",
+  row: "1",
+  set: "UPDATE last_used SET at = '-infinity' WHERE key_id = 1",
+  fix: "DELETE FROM legacy_last_used WHERE key_id = 1",
+}, {
+  table: "legacy_audit",
+  column: "at",
+  row: "4",
+  set: "UPDATE audit SET at = 'infinity' WHERE seq = 4",
+  fix: "UPDATE legacy_audit SET at = '2026-01-03' WHERE seq = 4",
+}];
+
+for (const { table, column, row, set, fix } of UNHOLDABLE_TIMES) {
+  Deno.test({
+    name:
+      `postgres legacy: ${table}.${column} at a time JavaScript cannot hold stops the opening naming the row and the column, moves nothing, and corrected with SQL moves`,
+    ignore: NO_DATABASE,
+    async fn() {
+      await using database = await freshDatabase();
+      const keys = await legacyDatabase(database);
+      await database.query(set);
+      await assert.rejects(openPostgresStore(database.url), (error) => {
+        assert.ok(error instanceof LegacyConversionError, String(error));
+        assert.equal(error.code, "legacy_conversion_failed");
+        assert.ok(
+          error.message.includes(`${table} row ${row}: ${column} `),
+          error.message,
+        );
+        assert.match(error.message, /correct that row .* with SQL/);
+        return true;
+      });
+      const [counts] = await database.query(`
+        SELECT (SELECT count(*)::int FROM legacy_keys) AS keys,
+          (SELECT count(*)::int FROM legacy_audit) AS audit`);
+      assert.deepEqual(counts, { keys: 3, audit: 6 });
+      await database.query(fix);
+      const store = await openPostgresStore(database.url);
+      try {
+        for (const [at, key] of keys.entries()) {
+          assert.equal((await store.findByHash(key.hash))?.id, at + 1);
+        }
+      } finally {
+        await store.close();
+      }
+    },
+  });
+}
+
+Deno.test({
+  name:
+    "postgres legacy: a session holding an older version's table stops the upgrade with one line naming that session, and once it is gone the upgrade runs",
+  ignore: NO_DATABASE,
+  async fn() {
+    await using database = await freshDatabase();
+    const keys = await legacyDatabase(database);
+    // A transaction left open in psql, having read the keys.
+    const psql = postgres(database.url, { max: 1, onnotice: () => {} });
+    const session = await psql.reserve();
+    const [{ pid }] = await session<{ pid: number }[]>`
+      SELECT pg_backend_pid() AS pid`;
+    try {
+      await session`BEGIN`;
+      await session`SELECT count(*) FROM keys`;
+      await assert.rejects(
+        openPostgresStore(database.url, { statementTimeoutMs: 1000 }),
+        (error) => {
+          assert.ok(error instanceof StoreUnavailableError, String(error));
+          assert.equal(error.code, "store_busy");
+          assert.ok(
+            error.message.includes(`database session ${pid} `),
+            error.message,
+          );
+          assert.match(error.message, /pg_terminate_backend/);
+          return true;
+        },
+      );
+      await session`ROLLBACK`;
+    } finally {
+      session.release();
+      await psql.end();
+    }
+    const store = await openPostgresStore(database.url);
+    try {
+      assert.equal((await store.findByHash(keys[0].hash))?.id, 1);
+    } finally {
+      await store.close();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "postgres legacy: an older lease recorded to end an hour from now (a clock set back, a hand-written row) costs one opening at most the longest lease, and none after it",
+  ignore: NO_DATABASE,
+  async fn() {
+    await using database = await freshDatabase();
+    const first = await openPostgresStore(database.url);
+    await first.close();
+    await database.query(`INSERT INTO older_leases (ends_at)
+      VALUES (clock_timestamp() + interval '1 hour')`);
+    const seen: OpenWait[] = [];
+    const store = await openPostgresStore(database.url, {
+      onWait: (wait) => seen.push(wait),
+    });
+    await store.close();
+    assert.equal(seen.length, 1, JSON.stringify(seen));
+    assert.ok(
+      seen[0].reason === "older_leases" && seen[0].ms <= 3250,
+      JSON.stringify(seen),
+    );
+    assert.equal(await olderLeasesEnd(database), null);
+    const after: OpenWait[] = [];
+    const again = await openPostgresStore(database.url, {
+      onWait: (wait) => after.push(wait),
+    });
+    await again.close();
+    assert.deepEqual(after, []);
+  },
+});
