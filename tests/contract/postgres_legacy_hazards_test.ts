@@ -15,7 +15,11 @@ import {
 } from "../../lib/store/postgres/store.ts";
 import { StoreUnavailableError } from "../../lib/store/errors.ts";
 import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
-import { legacyDatabase, olderLeasesEnd } from "../support/legacy_postgres.ts";
+import {
+  legacyDatabase,
+  olderLeasesEnd,
+  recordOlderLeases,
+} from "../support/legacy_postgres.ts";
 
 /** More than two pages of the move's reads (it reads 2,000 rows at a time). */
 const MANY = 4321;
@@ -188,10 +192,7 @@ Deno.test({
   ignore: NO_DATABASE,
   async fn() {
     await using database = await freshDatabase();
-    const first = await openPostgresStore(database.url);
-    await first.close();
-    await database.query(`INSERT INTO older_leases (ends_at)
-      VALUES (clock_timestamp() + interval '1 hour')`);
+    await recordOlderLeases(database, 3_600_000);
     const seen: OpenWait[] = [];
     const store = await openPostgresStore(database.url, {
       onWait: (wait) => seen.push(wait),

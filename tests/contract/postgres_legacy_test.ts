@@ -27,6 +27,7 @@ import {
   legacyDatabase,
   OLDER_LEASE_MS,
   olderLeasesEnd,
+  recordOlderLeases,
   registerOlderServer,
 } from "../support/legacy_postgres.ts";
 
@@ -417,12 +418,8 @@ Deno.test({
   ignore: NO_DATABASE,
   async fn() {
     await using database = await freshDatabase();
-    const first = await openPostgresStore(database.url);
-    await first.close();
     const leftMs = 3000;
-    await database.query(`INSERT INTO older_leases (ends_at)
-      VALUES (clock_timestamp() + interval '${leftMs} milliseconds')`);
-    const ends = await olderLeasesEnd(database);
+    const ends = await recordOlderLeases(database, leftMs);
     const seen: OpenWait[] = [];
     const store = await openPostgresStore(database.url, {
       onWait: (wait) => seen.push(wait),
@@ -434,6 +431,6 @@ Deno.test({
       wait.reason === "older_leases" && wait.ms > 0 && wait.ms <= leftMs,
       JSON.stringify(wait),
     );
-    assert.ok(await databaseNow(database) >= ends!);
+    assert.ok(await databaseNow(database) >= ends);
   },
 });

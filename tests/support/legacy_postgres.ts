@@ -85,3 +85,22 @@ export async function registerOlderServer(
     INSERT INTO instances (id, host, pid, started_at, lease_ms, acked)
     VALUES ('older-server', 'old-host', 4242, now(), ${leaseMs}, 6)`);
 }
+
+/**
+ * A database of this version whose upgrade recorded older leases ending
+ * `fromNowMs` after the database's clock reads now; returns when they end.
+ */
+export async function recordOlderLeases(
+  database: TestDatabase,
+  fromNowMs: number,
+): Promise<number> {
+  const sql = postgres(database.url, { max: 1, onnotice: () => {} });
+  try {
+    await migrateWith(sql);
+  } finally {
+    await sql.end();
+  }
+  await database.query(`INSERT INTO older_leases (ends_at)
+    VALUES (clock_timestamp() + interval '${fromNowMs} milliseconds')`);
+  return (await olderLeasesEnd(database))!;
+}
