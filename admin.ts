@@ -188,7 +188,7 @@ function describeOpenWait(wait: OpenWait): string {
       count(wait.moved)
     } of ${
       count(wait.total)
-    } rows; no server accepts a key until the move is done`;
+    } rows; servers of this version accept no key until the move is done`;
   }
   const holder = wait.holder;
   const who = holder

@@ -264,7 +264,7 @@ Deno.test({
         [
           refused,
           "legacy_conversion_failed",
-          /^The key store's tables from an older version cannot be moved .*legacy_keys row 2: created_at .*correct that row in its legacy_\* table with SQL \(psql\), then start again$/,
+          /^The key store's tables from an older version cannot be moved .*legacy_keys \(id = 2\): created_at .*correct that row with SQL \(psql\), then start again$/,
         ],
         [
           newer,

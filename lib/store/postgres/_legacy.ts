@@ -10,12 +10,13 @@
  * @module
  */
 
-import { withUsage } from "../backend.ts";
-import { StoreInputError, StoreOpenError } from "../errors.ts";
-import { storedRateLimit } from "../rate_limits.ts";
-import type { AuditEntry, ExportItem, KeyRecord, KeyStore } from "../types.ts";
+import { StoreInputError } from "../errors.ts";
+import type { KeyStore } from "../types.ts";
 import type { Sql } from "./connection.ts";
+import { LegacyConversionError, LegacyRows } from "./_legacy_rows.ts";
 import { OLDER_WAIT_LIMIT_MS } from "./schema.ts";
+
+export { LegacyConversionError };
 
 /** The tables migration 8 renamed, dropped once their contents moved. */
 const LEGACY_TABLES = [
@@ -25,25 +26,6 @@ const LEGACY_TABLES = [
   "legacy_keys",
   "legacy_meta",
 ];
-
-/**
- * The older version's tables hold what the store's import refuses, so
- * nothing was moved: they stay as they were, and no key works until the
- * operator corrects the rows named. An older release cannot help: the
- * schema is already past what it knows.
- */
-export class LegacyConversionError extends StoreOpenError {
-  override name = "LegacyConversionError";
-
-  constructor(cause: unknown) {
-    const reason = cause instanceof Error ? cause.message : String(cause);
-    super(
-      "legacy_conversion_failed",
-      `The key store's tables from an older version cannot be moved into this version's entries (${reason}); nothing was moved and the legacy_* tables are unchanged: correct that row in its legacy_* table with SQL (psql), then start again`,
-      { cause },
-    );
-  }
-}
 
 /** Who the conversion's audit line names. */
 const ACTOR = "schema conversion (version 8)";
@@ -115,14 +97,7 @@ export async function convertLegacy(
     await lockConversion(session, options);
     try {
       if (!await hasLegacy(session)) return;
-      const [{ count }] = await session<{ count: number }[]>`
-        SELECT (SELECT count(*) FROM legacy_keys)
-          + (SELECT count(*) FROM legacy_audit) AS count`;
-      const total = Number(count);
-      if (total > 0) {
-        await importOnce(store, legacyItems(session, progress(total, options)));
-      }
-      await session.unsafe(`DROP TABLE ${LEGACY_TABLES.join(", ")}`);
+      await moveOnce(session, store, options);
     } finally {
       await session`SELECT pg_advisory_unlock(hashtext(${CONVERSION_LOCK}))`;
     }
@@ -232,17 +207,47 @@ async function hasLegacy(sql: Sql): Promise<boolean> {
 }
 
 /**
+ * Moves the legacy rows in and drops their tables, in one transaction that
+ * holds them: no one writes them meanwhile, every page reads the snapshot
+ * they were counted in, and the drop is made only once the import is in.
+ */
+async function moveOnce(
+  session: Sql,
+  store: KeyStore,
+  options: OpenWaitOptions,
+): Promise<void> {
+  await session`BEGIN ISOLATION LEVEL REPEATABLE READ`;
+  try {
+    await session.unsafe(
+      `LOCK TABLE ${LEGACY_TABLES.join(", ")} IN SHARE MODE`,
+    );
+    const [{ count }] = await session<{ count: number }[]>`
+      SELECT (SELECT count(*) FROM legacy_keys)
+        + (SELECT count(*) FROM legacy_audit) AS count`;
+    const total = Number(count);
+    if (total > 0) {
+      const rows = new LegacyRows(session, total, {
+        onRow: progress(total, options),
+      });
+      await importOnce(store, rows);
+    }
+    await session.unsafe(`DROP TABLE ${LEGACY_TABLES.join(", ")}`);
+    await session`COMMIT`;
+  } catch (error) {
+    await session`ROLLBACK`.catch(() => {});
+    throw error;
+  }
+}
+
+/**
  * Imports the legacy rows. A conversion that died half-way left its import
  * unfinished, which is discarded first; one that died after publishing left
  * the store full, and only the drop remains.
  */
-async function importOnce(
-  store: KeyStore,
-  items: AsyncIterable<ExportItem>,
-): Promise<void> {
+async function importOnce(store: KeyStore, rows: LegacyRows): Promise<void> {
   await store.abortImport({ actor: ACTOR });
   try {
-    await store.importAll(items, { actor: ACTOR });
+    await store.importAll(rows.items(), { actor: ACTOR });
   } catch (error) {
     if (error instanceof StoreInputError && error.code === "import_not_empty") {
       return;
@@ -250,7 +255,7 @@ async function importOnce(
     // An item the import refused: the store is as before, and so are the
     // tables. Anything else (an outage) is passed on as it is.
     if (error instanceof StoreInputError) {
-      throw new LegacyConversionError(error);
+      throw new LegacyConversionError(error, rows.current);
     }
     throw error;
   }
@@ -273,140 +278,4 @@ function progress(
     reported = now;
     options.onWait?.({ reason: "moving", moved, total });
   };
-}
-
-/**
- * Rows per read of a legacy table: however large the table, each read ends
- * well within the statement timeout and holds only this many rows.
- */
-const PAGE_ROWS = 2000;
-
-/**
- * The legacy rows as an export's items, keys in id order, then the audit
- * log, each read a page at a time after the last row read.
- */
-async function* legacyItems(
-  sql: Sql,
-  moved: (rows: number) => void,
-): AsyncIterable<ExportItem> {
-  let rows = 0;
-  for (let after: string | null = null;;) {
-    const page: LegacyKey[] = await sql<LegacyKey[]>`
-      SELECT k.*, u.at AS last_used_at, g.networks, g.refused
-      FROM legacy_keys k LEFT JOIN legacy_last_used u ON u.key_id = k.id
-        LEFT JOIN legacy_key_usage g ON g.key_id = k.id
-      WHERE ${after}::bigint IS NULL OR k.id > ${after}::bigint
-      ORDER BY k.id LIMIT ${PAGE_ROWS}`;
-    for (const row of page) {
-      yield { type: "key", record: toRecord(row) };
-      moved(++rows);
-    }
-    if (page.length < PAGE_ROWS) break;
-    after = page[page.length - 1].id;
-  }
-  for (let after: string | null = null;;) {
-    const page: LegacyAudit[] = await sql<LegacyAudit[]>`
-      SELECT * FROM legacy_audit
-      WHERE ${after}::bigint IS NULL OR seq > ${after}::bigint
-      ORDER BY seq LIMIT ${PAGE_ROWS}`;
-    for (const row of page) {
-      yield {
-        type: "audit",
-        entry: {
-          at: instant(row.at, { table: "legacy_audit", row: row.seq }),
-          action: row.action,
-          keyId: Number(row.key_id),
-          actor: row.actor,
-          detail: row.detail,
-        },
-      };
-      moved(++rows);
-    }
-    if (page.length < PAGE_ROWS) break;
-    after = page[page.length - 1].seq;
-  }
-}
-
-/**
- * A time as the store holds it. PostgreSQL holds times JavaScript cannot
- * (`infinity`, years past 275760): such a row is refused by name, as the
- * import refuses any other.
- */
-function instant(
-  value: Date,
-  where: { table: string; row: string; column?: string },
-): string {
-  if (!Number.isNaN(value.getTime())) return value.toISOString();
-  throw new StoreInputError(
-    where.table === "legacy_audit" ? "import_bad_audit" : "import_bad_key",
-    `${where.table} row ${where.row}: ${
-      where.column ?? "at"
-    } is not a time this version can hold (infinity, or a year past 275760)`,
-  );
-}
-
-/** A row of `legacy_keys`, with its last use and usage lists joined. */
-interface LegacyKey {
-  id: string;
-  name: string;
-  email: string;
-  status: KeyRecord["status"];
-  hash: string;
-  hint: string;
-  created_at: Date;
-  revoked_at: Date | null;
-  revoked_reason: string | null;
-  exposed_at: Date | null;
-  exposed_from: string | null;
-  expires_at: Date | null;
-  replaced_by: string | null;
-  retires: string | null;
-  allow_from: string[] | null;
-  rate_limit: KeyRecord["rateLimit"];
-  last_used_at: Date | null;
-  networks: KeyRecord["networks"] | null;
-  refused: KeyRecord["refusedUses"] | null;
-}
-
-/** A row of `legacy_audit`. */
-interface LegacyAudit {
-  seq: string;
-  at: Date;
-  action: AuditEntry["action"];
-  key_id: string;
-  actor: string;
-  detail: string | null;
-}
-
-function toRecord(row: LegacyKey): KeyRecord {
-  const at = (column: keyof LegacyKey & string) =>
-    instant(row[column] as Date, { table: "legacy_keys", row: row.id, column });
-  const time = (column: keyof LegacyKey & string) =>
-    row[column] === null ? null : at(column);
-  const id = (value: string | null) => value === null ? null : Number(value);
-  return withUsage({
-    id: Number(row.id),
-    name: row.name,
-    email: row.email,
-    status: row.status,
-    hash: row.hash,
-    hint: row.hint,
-    createdAt: at("created_at"),
-    revokedAt: time("revoked_at"),
-    revokedReason: row.revoked_reason,
-    exposedAt: time("exposed_at"),
-    exposedFrom: row.exposed_from,
-    lastUsedAt: null,
-    expiresAt: time("expires_at"),
-    replacedBy: id(row.replaced_by),
-    retires: id(row.retires),
-    allowFrom: row.allow_from,
-    rateLimit: storedRateLimit(row.rate_limit),
-    networks: [],
-    refusedUses: [],
-  }, {
-    lastUsedAt: time("last_used_at"),
-    networks: row.networks ?? [],
-    refused: row.refused ?? [],
-  });
 }

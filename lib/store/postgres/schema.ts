@@ -240,15 +240,30 @@ export async function migrateWith(
   options: { to?: number } = {},
 ): Promise<MigrateResult> {
   const target = options.to ?? SCHEMA_VERSION;
+  const stage = { queued: true };
   try {
-    return await migrateOnce(sql, target);
+    return await migrateOnce(sql, target, stage);
   } catch (error) {
-    if ((error as { code?: unknown }).code !== LOCK_NOT_AVAILABLE) throw error;
+    const code = (error as { code?: unknown }).code;
+    // A table held past the lock timeout, or the advisory lock held past
+    // the statement timeout by another opener that such a table holds up.
+    if (
+      code !== LOCK_NOT_AVAILABLE && !(code === QUERY_CANCELED && stage.queued)
+    ) throw error;
+    const holders = await lockHolders(sql);
+    const end = holders.length === 1
+      ? `end it (SELECT pg_terminate_backend(${holders[0].pid}))`
+      : "end them (SELECT pg_terminate_backend(pid) for each)";
+    const why = holders.length > 0
+      ? `${
+        holders.map(describeSession).join(", ")
+      } kept its tables locked; ${end} or let it finish, then start again`
+      : stage.queued
+      ? "another process upgrading it took longer than the statement timeout; start again once it has finished"
+      : "another session (a transaction left open in psql, a paused console of an older version, a running pg_dump) kept its tables locked; end it or let it finish, then start again";
     throw new StoreUnavailableError(
       "store_busy",
-      `The key store's schema could not be upgraded: ${await lockHolders(
-        sql,
-      )} kept its tables locked; end that session (SELECT pg_terminate_backend(pid)) or let it finish, then start again`,
+      `The key store's schema could not be upgraded: ${why}`,
       { cause: error },
     );
   }
@@ -257,16 +272,30 @@ export async function migrateWith(
 /** PostgreSQL's SQLSTATE for a lock not granted within `lock_timeout`. */
 const LOCK_NOT_AVAILABLE = "55P03";
 
+/** PostgreSQL's SQLSTATE for a statement cancelled, by its timeout among others. */
+const QUERY_CANCELED = "57014";
+
+/** A database session, as an operator finds it in `pg_stat_activity`. */
+interface Session {
+  pid: number;
+  application: string;
+  address: string | null;
+}
+
+function describeSession(session: Session): string {
+  return `database session ${session.pid}${
+    session.application ? ` (${session.application})` : ""
+  }${session.address ? ` from ${session.address}` : ""}`;
+}
+
 /**
  * Who holds a lock on the tables of schema 1 to 7, which migration 8
- * renames, for the operator to end:
- * a transaction left open in psql, a console of that version paused
- * mid-change, a running pg_dump.
+ * renames, and waits for nothing itself (a session that waits is held up
+ * by another, the one to end): a transaction left open in psql, a console
+ * of that version paused mid-change, a running pg_dump.
  */
-async function lockHolders(sql: Sql): Promise<string> {
-  const rows = await sql<
-    { pid: number; application: string; address: string | null }[]
-  >`
+async function lockHolders(sql: Sql): Promise<Session[]> {
+  return await sql<Session[]>`
     SELECT DISTINCT a.pid, a.application_name AS application,
       host(a.client_addr) AS address
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -274,21 +303,20 @@ async function lockHolders(sql: Sql): Promise<string> {
       AND l.relation IN (
         SELECT to_regclass(name)::oid FROM (VALUES ('meta'), ('keys'),
           ('audit'), ('last_used'), ('instances'), ('key_usage')) older(name))
+      AND NOT EXISTS (
+        SELECT 1 FROM pg_locks w WHERE w.pid = a.pid AND NOT w.granted)
     ORDER BY a.pid`.catch(() => []);
-  if (rows.length === 0) {
-    return "another session (a transaction left open in psql, a paused console of an older version, a running pg_dump)";
-  }
-  return rows.map((row) =>
-    `database session ${row.pid}${
-      row.application ? ` (${row.application})` : ""
-    }${row.address ? ` from ${row.address}` : ""}`
-  ).join(", ");
 }
 
-async function migrateOnce(sql: Sql, target: number): Promise<MigrateResult> {
+async function migrateOnce(
+  sql: Sql,
+  target: number,
+  stage: { queued: boolean },
+): Promise<MigrateResult> {
   return await sql.begin(async (tx) => {
     // One migration at a time, even when several instances start together.
     await tx`SELECT pg_advisory_xact_lock(hashtext('keys: schema migration'))`;
+    stage.queued = false;
     // A lock held on a table for longer fails as itself, before the
     // statement's own timeout, so that the failure can name the holder.
     await tx`SELECT set_config('lock_timeout', (extract(epoch FROM
