@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { LegacyConversionError } from "../../lib/store/postgres/_legacy.ts";
+import { migrateWith } from "../../lib/store/postgres/schema.ts";
 import {
   openPostgresStore,
   type OpenWait,
@@ -164,15 +165,18 @@ for (const { row, column, set, fix } of UNHOLDABLE_TIMES) {
 
 Deno.test({
   name:
-    "postgres legacy: times in the years 1 to 99, and before 1901 in a zone whose offset had seconds, move as the times they are",
+    "postgres legacy: times in the years 1 to 99, before 1901 in a zone whose offset had seconds, and with fractions of a millisecond move as the older version read them",
   ignore: NO_DATABASE,
   async fn() {
     await using database = await freshDatabase();
     const keys = await legacyDatabase(database);
     await database.query(`
-      UPDATE keys SET expires_at = '0049-01-01T00:00:00Z' WHERE id = 1;
-      UPDATE keys SET created_at = '0012-06-30T12:00:00Z' WHERE id = 2;
-      UPDATE keys SET created_at = '1890-01-01T00:00:00Z' WHERE id = 3;
+      UPDATE keys SET expires_at = '0049-01-01T00:00:00Z',
+        created_at = '1890-01-01T00:00:00Z' WHERE id = 1;
+      UPDATE keys SET created_at = '0012-06-30T12:00:00Z',
+        expires_at = '9999-12-31 23:59:59.999999+00' WHERE id = 2;
+      UPDATE keys SET created_at = '1969-12-31 23:59:59.9995+00',
+        expires_at = '2600-01-01 00:00:00.999999+00' WHERE id = 3;
       ALTER DATABASE ${new URL(database.url).pathname.slice(1)}
         SET timezone = 'Europe/Amsterdam'`);
     const store = await openPostgresStore(database.url);
@@ -183,9 +187,9 @@ Deno.test({
       assert.deepEqual(
         times.map((record) => [record?.expiresAt, record?.createdAt]),
         [
-          ["0049-01-01T00:00:00.000Z", "2026-01-01T00:00:00.000Z"],
-          [null, "0012-06-30T12:00:00.000Z"],
-          [null, "1890-01-01T00:00:00.000Z"],
+          ["0049-01-01T00:00:00.000Z", "1890-01-01T00:00:00.000Z"],
+          ["9999-12-31T23:59:59.999Z", "0012-06-30T12:00:00.000Z"],
+          ["2600-01-01T00:00:00.999Z", "1969-12-31T23:59:59.999Z"],
         ],
       );
     } finally {
@@ -294,6 +298,68 @@ Deno.test({
           return true;
         },
       );
+      await session`ROLLBACK`;
+    } finally {
+      session.release();
+      await psql.end();
+    }
+    const store = await openPostgresStore(database.url);
+    try {
+      assert.equal((await store.findByHash(keys[0].hash))?.id, 1);
+    } finally {
+      await store.close();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "postgres legacy: a session holding a legacy_* table stops the move before any of it is imported, naming that session, and once it is gone the move runs",
+  ignore: NO_DATABASE,
+  async fn() {
+    await using database = await freshDatabase();
+    const keys = await legacyDatabase(database);
+    // Renamed, not yet moved: an opening that stopped right after the
+    // migration, while an operator reads (or mends) a row with psql.
+    const sql = postgres(database.url, { max: 1, onnotice: () => {} });
+    try {
+      await migrateWith(sql);
+    } finally {
+      await sql.end();
+    }
+    const psql = postgres(database.url, { max: 1, onnotice: () => {} });
+    const session = await psql.reserve();
+    const [{ pid }] = await session<{ pid: number }[]>`
+      SELECT pg_backend_pid() AS pid`;
+    try {
+      await session`BEGIN`;
+      await session`SELECT count(*) FROM legacy_audit`;
+      await assert.rejects(
+        openPostgresStore(database.url, { statementTimeoutMs: 1000 }),
+        (error) => {
+          assert.ok(error instanceof StoreUnavailableError, String(error));
+          assert.equal(error.code, "store_busy");
+          assert.ok(
+            error.message.startsWith(
+              `The key store could not be moved out of an older version's tables: database session ${pid} (postgres.js) from 127.0.0.1 kept its tables locked; end it (SELECT pg_terminate_backend(${pid}))`,
+            ),
+            error.message,
+          );
+          return true;
+        },
+      );
+      // Nothing of it was imported, not even in part.
+      const [{ entries }] = await database.query(
+        "SELECT count(*)::int AS entries FROM entries",
+      );
+      const store = await openPostgresStore(database.url, {
+        statementTimeoutMs: 1000,
+      }).catch(() => null);
+      assert.equal(store, null);
+      const [{ after }] = await database.query(
+        "SELECT count(*)::int AS after FROM entries",
+      );
+      assert.equal(after, entries);
       await session`ROLLBACK`;
     } finally {
       session.release();

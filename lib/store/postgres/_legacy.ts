@@ -14,7 +14,12 @@ import { StoreInputError } from "../errors.ts";
 import type { KeyStore } from "../types.ts";
 import type { Sql } from "./connection.ts";
 import { LegacyConversionError, LegacyRows } from "./_legacy_rows.ts";
-import { OLDER_WAIT_LIMIT_MS } from "./schema.ts";
+import {
+  failLockWaitsFirst,
+  isHeldTable,
+  OLDER_WAIT_LIMIT_MS,
+  tablesHeld,
+} from "./schema.ts";
 
 export { LegacyConversionError };
 
@@ -218,9 +223,26 @@ async function moveOnce(
 ): Promise<void> {
   await session`BEGIN ISOLATION LEVEL REPEATABLE READ`;
   try {
+    // Idle while the import writes a page through the store's other
+    // connections, which a slow database may stretch past the pool's
+    // idle-in-transaction limit; a process that hangs here is named to
+    // whoever waits for it (lockConversion), with how to end it.
+    await session`SET LOCAL idle_in_transaction_session_timeout = 0`;
+    await failLockWaitsFirst(session);
+    // All of it at once, before any of it is moved: a session still holding
+    // one of them is named now, not after the import at the drop.
     await session.unsafe(
-      `LOCK TABLE ${LEGACY_TABLES.join(", ")} IN SHARE MODE`,
-    );
+      `LOCK TABLE ${LEGACY_TABLES.join(", ")} IN ACCESS EXCLUSIVE MODE`,
+    ).catch(async (error) => {
+      if (!isHeldTable(error)) throw error;
+      // Out of the failed transaction first, so that pg_locks can be read.
+      await session`ROLLBACK`;
+      throw await tablesHeld(session, LEGACY_TABLES, {
+        what:
+          "The key store could not be moved out of an older version's tables",
+        cause: error,
+      });
+    });
     const [{ count }] = await session<{ count: number }[]>`
       SELECT (SELECT count(*) FROM legacy_keys)
         + (SELECT count(*) FROM legacy_audit) AS count`;

@@ -105,20 +105,26 @@ export class LegacyRows {
    * dropped by hand) comes twice within one page, for the import to refuse.
    */
   async *#keys(): AsyncIterable<LegacyKey> {
-    // Times as milliseconds, computed by PostgreSQL: the driver's reading
-    // takes years 1 to 99 for 1901 to 2049, and cannot read infinity.
+    // Times as whole milliseconds, computed by PostgreSQL and cut as the
+    // older version's reading cut them (down): the driver's reading takes
+    // years 1 to 99 for 1901 to 2049, and cannot read infinity.
     for (let after: string | null = null;;) {
       const page: LegacyKey[] = await this.#sql<LegacyKey[]>`
         SELECT k.id::text AS id, k.name, k.email, k.status, k.hash, k.hint,
-          (extract(epoch FROM k.created_at) * 1000)::float8 AS created_at,
-          (extract(epoch FROM k.revoked_at) * 1000)::float8 AS revoked_at,
+          floor(extract(epoch FROM k.created_at) * 1000)::float8
+            AS created_at,
+          floor(extract(epoch FROM k.revoked_at) * 1000)::float8
+            AS revoked_at,
           k.revoked_reason,
-          (extract(epoch FROM k.exposed_at) * 1000)::float8 AS exposed_at,
+          floor(extract(epoch FROM k.exposed_at) * 1000)::float8
+            AS exposed_at,
           k.exposed_from,
-          (extract(epoch FROM k.expires_at) * 1000)::float8 AS expires_at,
+          floor(extract(epoch FROM k.expires_at) * 1000)::float8
+            AS expires_at,
           k.replaced_by::text AS replaced_by, k.retires::text AS retires,
           k.allow_from, k.rate_limit,
-          (extract(epoch FROM u.at) * 1000)::float8 AS last_used_at,
+          floor(extract(epoch FROM u.at) * 1000)::float8
+            AS last_used_at,
           g.networks, g.refused
         FROM (
           SELECT * FROM legacy_keys
@@ -137,7 +143,8 @@ export class LegacyRows {
     // Ordered by the column, not by the text it is selected as.
     for (let after: string | null = null;;) {
       const page: LegacyAudit[] = await this.#sql<LegacyAudit[]>`
-        SELECT seq::text AS seq, (extract(epoch FROM at) * 1000)::float8 AS at, action,
+        SELECT seq::text AS seq,
+          floor(extract(epoch FROM at) * 1000)::float8 AS at, action,
           key_id::text AS key_id, actor, detail
         FROM legacy_audit
         WHERE ${after}::bigint IS NULL OR seq > ${after}::bigint

@@ -244,29 +244,80 @@ export async function migrateWith(
   try {
     return await migrateOnce(sql, target, stage);
   } catch (error) {
-    const code = (error as { code?: unknown }).code;
     // A table held past the lock timeout, or the advisory lock held past
     // the statement timeout by another opener that such a table holds up.
-    if (
-      code !== LOCK_NOT_AVAILABLE && !(code === QUERY_CANCELED && stage.queued)
-    ) throw error;
-    const holders = await lockHolders(sql);
-    const end = holders.length === 1
-      ? `end it (SELECT pg_terminate_backend(${holders[0].pid}))`
-      : "end them (SELECT pg_terminate_backend(pid) for each)";
-    const why = holders.length > 0
-      ? `${
-        holders.map(describeSession).join(", ")
-      } kept its tables locked; ${end} or let it finish, then start again`
-      : stage.queued
-      ? "another process upgrading it took longer than the statement timeout; start again once it has finished"
-      : "another session (a transaction left open in psql, a paused console of an older version, a running pg_dump) kept its tables locked; end it or let it finish, then start again";
-    throw new StoreUnavailableError(
-      "store_busy",
-      `The key store's schema could not be upgraded: ${why}`,
-      { cause: error },
-    );
+    if (!isHeldTable(error, stage.queued)) throw error;
+    throw await tablesHeld(sql, OLDER_TABLES, {
+      what: "The key store's schema could not be upgraded",
+      queued: stage.queued,
+      cause: error,
+    });
   }
+}
+
+/** The tables of schema 1 to 7, which migration 8 renames. */
+const OLDER_TABLES = [
+  "meta",
+  "keys",
+  "audit",
+  "last_used",
+  "instances",
+  "key_usage",
+];
+
+/**
+ * Whether `error` is a lock on a table held past the lock timeout, or, for
+ * a process still `queued` for the migration lock, past the statement's.
+ */
+export function isHeldTable(error: unknown, queued = false): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === LOCK_NOT_AVAILABLE || (queued && code === QUERY_CANCELED);
+}
+
+/**
+ * The `store_busy` error for `tables` held past the lock timeout, naming
+ * the sessions that hold them and wait for nothing themselves (one that
+ * waits is held up by another, the one to end): a transaction left open in
+ * psql, a console of an older version paused mid-change, a running pg_dump.
+ */
+export async function tablesHeld(
+  sql: Sql,
+  tables: readonly string[],
+  options: { what: string; queued?: boolean; cause: unknown },
+): Promise<StoreUnavailableError> {
+  const holders = await sql<Session[]>`
+    SELECT DISTINCT a.pid, a.application_name AS application,
+      host(a.client_addr) AS address
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.granted AND a.pid <> pg_backend_pid()
+      AND l.relation IN (SELECT to_regclass(name)::oid
+        FROM unnest(string_to_array(${tables.join(",")}, ',')) name)
+      AND NOT EXISTS (
+        SELECT 1 FROM pg_locks w WHERE w.pid = a.pid AND NOT w.granted)
+    ORDER BY a.pid`.catch(() => []);
+  const end = holders.length === 1
+    ? `end it (SELECT pg_terminate_backend(${holders[0].pid}))`
+    : "end them (SELECT pg_terminate_backend(pid) for each)";
+  const why = holders.length > 0
+    ? `${
+      holders.map(describeSession).join(", ")
+    } kept its tables locked; ${end} or let it finish, then start again`
+    : options.queued
+    ? "another process upgrading it took longer than the statement timeout; start again once it has finished"
+    : "another session (a transaction left open in psql, a paused console of an older version, a running pg_dump) kept its tables locked; end it or let it finish, then start again";
+  return new StoreUnavailableError("store_busy", `${options.what}: ${why}`, {
+    cause: options.cause,
+  });
+}
+
+/**
+ * Lets a lock wait in the transaction of `tx` fail as itself before the
+ * statement's own timeout does, so that the failure can name the holder.
+ */
+export async function failLockWaitsFirst(tx: Sql | Tx): Promise<void> {
+  await tx`SELECT set_config('lock_timeout', (extract(epoch FROM
+    current_setting('statement_timeout')::interval) * 800)::bigint::text,
+    true)`;
 }
 
 /** PostgreSQL's SQLSTATE for a lock not granted within `lock_timeout`. */
@@ -288,26 +339,6 @@ function describeSession(session: Session): string {
   }${session.address ? ` from ${session.address}` : ""}`;
 }
 
-/**
- * Who holds a lock on the tables of schema 1 to 7, which migration 8
- * renames, and waits for nothing itself (a session that waits is held up
- * by another, the one to end): a transaction left open in psql, a console
- * of that version paused mid-change, a running pg_dump.
- */
-async function lockHolders(sql: Sql): Promise<Session[]> {
-  return await sql<Session[]>`
-    SELECT DISTINCT a.pid, a.application_name AS application,
-      host(a.client_addr) AS address
-    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.granted AND a.pid <> pg_backend_pid()
-      AND l.relation IN (
-        SELECT to_regclass(name)::oid FROM (VALUES ('meta'), ('keys'),
-          ('audit'), ('last_used'), ('instances'), ('key_usage')) older(name))
-      AND NOT EXISTS (
-        SELECT 1 FROM pg_locks w WHERE w.pid = a.pid AND NOT w.granted)
-    ORDER BY a.pid`.catch(() => []);
-}
-
 async function migrateOnce(
   sql: Sql,
   target: number,
@@ -317,11 +348,7 @@ async function migrateOnce(
     // One migration at a time, even when several instances start together.
     await tx`SELECT pg_advisory_xact_lock(hashtext('keys: schema migration'))`;
     stage.queued = false;
-    // A lock held on a table for longer fails as itself, before the
-    // statement's own timeout, so that the failure can name the holder.
-    await tx`SELECT set_config('lock_timeout', (extract(epoch FROM
-      current_setting('statement_timeout')::interval) * 800)::bigint::text,
-      true)`;
+    await failLockWaitsFirst(tx);
     await tx`
       CREATE TABLE IF NOT EXISTS schema_version (
         version integer PRIMARY KEY,
