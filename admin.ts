@@ -27,7 +27,7 @@ import {
   acknowledged,
   WaitInterruptedError,
 } from "./lib/store/acknowledged.ts";
-import { openStore, type OpenWait } from "./lib/store/open.ts";
+import { describeSession, openStore, type OpenWait } from "./lib/store/open.ts";
 import type { KeyService } from "./lib/store/keys.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
@@ -191,11 +191,7 @@ function describeOpenWait(wait: OpenWait): string {
     } rows; servers of this version accept no key until the move is done`;
   }
   const holder = wait.holder;
-  const who = holder
-    ? ` (database session ${holder.pid}${
-      holder.address ? ` from ${holder.address}` : ""
-    })`
-    : "";
+  const who = holder ? `, ${describeSession(holder)},` : "";
   const so = wait.waitedMs >= 1000
     ? `, ${Math.round(wait.waitedMs / 1000)} s so far`
     : "";

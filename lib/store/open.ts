@@ -12,6 +12,8 @@ import type { KeyService } from "./keys.ts";
 import type { OpenWait } from "./postgres/store.ts";
 
 export type { OpenWait };
+// A pure phrase, not the driver: the KV path may load it.
+export { type DatabaseSession, describeSession } from "./postgres/_locks.ts";
 
 /** What an opening reports while it waits (PostgreSQL only). */
 export interface OpenStoreOptions {

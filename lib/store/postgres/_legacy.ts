@@ -15,11 +15,13 @@ import type { KeyStore } from "../types.ts";
 import type { Sql } from "./connection.ts";
 import { LegacyConversionError, LegacyRows } from "./_legacy_rows.ts";
 import {
+  advisoryHolder,
+  type DatabaseSession,
   failLockWaitsFirst,
   isHeldTable,
-  OLDER_WAIT_LIMIT_MS,
   tablesHeld,
-} from "./schema.ts";
+} from "./_locks.ts";
+import { OLDER_WAIT_LIMIT_MS } from "./schema.ts";
 
 export { LegacyConversionError };
 
@@ -50,18 +52,8 @@ export type OpenWait =
     /** How long this opening has waited so far. */
     waitedMs: number;
     /** The session holding the conversion, when the database shows it. */
-    holder?: ConversionHolder;
+    holder?: DatabaseSession;
   };
-
-/** The database session of the process converting, for an operator to find it. */
-export interface ConversionHolder {
-  /** Its backend's process id, as `pg_terminate_backend` takes it. */
-  pid: number;
-  /** Its client's address; absent over a Unix socket. */
-  address?: string;
-  /** The application name it connected with, when it gave one. */
-  application?: string;
-}
 
 /** How {@linkcode convertLegacy} and {@linkcode olderLeasesEnded} report a wait. */
 export interface OpenWaitOptions {
@@ -117,16 +109,14 @@ export async function convertLegacy(
  */
 async function lockConversion(sql: Sql, options: OpenWaitOptions) {
   const started = performance.now();
-  let reported = -Infinity;
+  const due = reportDue(options);
   for (;;) {
     const [{ locked }] = await sql<{ locked: boolean }[]>`
       SELECT pg_try_advisory_lock(hashtext(${CONVERSION_LOCK})) AS locked`;
     if (locked) return;
-    const waitedMs = performance.now() - started;
-    const every = options.reportEveryMs ?? REPORT_EVERY_MS;
-    if (options.onWait && waitedMs - reported >= every) {
-      reported = waitedMs;
-      const holder = await conversionHolder(sql);
+    if (options.onWait && due()) {
+      const waitedMs = performance.now() - started;
+      const holder = await advisoryHolder(sql, CONVERSION_LOCK);
       options.onWait({
         reason: "conversion",
         waitedMs: Math.round(waitedMs),
@@ -135,37 +125,6 @@ async function lockConversion(sql: Sql, options: OpenWaitOptions) {
     }
     await delay(LOCK_POLL_MS);
   }
-}
-
-/**
- * The session holding the conversion's lock, so that a wait on one that
- * hangs can be ended; undefined when it is gone or not visible to this role.
- */
-async function conversionHolder(
-  sql: Sql,
-): Promise<ConversionHolder | undefined> {
-  // A lock on one bigint key shows its high half as classid, its low as
-  // objid; advisory locks are per database, pg_locks the whole cluster's.
-  const rows = await sql<
-    { pid: number; address: string | null; application: string }[]
-  >`
-    SELECT a.pid, host(a.client_addr) AS address,
-      a.application_name AS application
-    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (
-        SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = ((hashtext(${CONVERSION_LOCK})::bigint >> 32)
-        & 4294967295)::bigint::oid
-      AND l.objid = (hashtext(${CONVERSION_LOCK})::bigint & 4294967295)::oid
-    LIMIT 1`.catch(() => []);
-  const row = rows[0];
-  if (row === undefined) return undefined;
-  return {
-    pid: row.pid,
-    ...row.address && { address: row.address },
-    ...row.application && { application: row.application },
-  };
 }
 
 /**
@@ -291,13 +250,25 @@ function progress(
   total: number,
   options: OpenWaitOptions,
 ): (moved: number) => void {
+  const due = reportDue(options);
+  const report = (moved: number) => {
+    if (due()) options.onWait?.({ reason: "moving", moved, total });
+  };
+  report(0);
+  return report;
+}
+
+/**
+ * True at its first call, then at most once every `reportEveryMs`: how
+ * often a long conversion, one's own or another's, is reported.
+ */
+function reportDue(options: OpenWaitOptions): () => boolean {
   const every = options.reportEveryMs ?? REPORT_EVERY_MS;
-  let reported = performance.now();
-  options.onWait?.({ reason: "moving", moved: 0, total });
-  return (moved) => {
+  let last = -Infinity;
+  return () => {
     const now = performance.now();
-    if (now - reported < every) return;
-    reported = now;
-    options.onWait?.({ reason: "moving", moved, total });
+    if (now - last < every) return false;
+    last = now;
+    return true;
   };
 }

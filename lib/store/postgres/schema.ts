@@ -22,7 +22,8 @@
  */
 
 import { bounded } from "../../util/bounded.ts";
-import { StoreOpenError, StoreUnavailableError } from "../errors.ts";
+import { StoreOpenError } from "../errors.ts";
+import { failLockWaitsFirst, isHeldTable, tablesHeld } from "./_locks.ts";
 import {
   asUnavailable,
   callTimeoutMs,
@@ -264,80 +265,6 @@ const OLDER_TABLES = [
   "instances",
   "key_usage",
 ];
-
-/**
- * Whether `error` is a lock on a table held past the lock timeout, or, for
- * a process still `queued` for the migration lock, past the statement's.
- */
-export function isHeldTable(error: unknown, queued = false): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return code === LOCK_NOT_AVAILABLE || (queued && code === QUERY_CANCELED);
-}
-
-/**
- * The `store_busy` error for `tables` held past the lock timeout, naming
- * the sessions that hold them and wait for nothing themselves (one that
- * waits is held up by another, the one to end): a transaction left open in
- * psql, a console of an older version paused mid-change, a running pg_dump.
- */
-export async function tablesHeld(
-  sql: Sql,
-  tables: readonly string[],
-  options: { what: string; queued?: boolean; cause: unknown },
-): Promise<StoreUnavailableError> {
-  const holders = await sql<Session[]>`
-    SELECT DISTINCT a.pid, a.application_name AS application,
-      host(a.client_addr) AS address
-    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.granted AND a.pid <> pg_backend_pid()
-      AND l.relation IN (SELECT to_regclass(name)::oid
-        FROM unnest(string_to_array(${tables.join(",")}, ',')) name)
-      AND NOT EXISTS (
-        SELECT 1 FROM pg_locks w WHERE w.pid = a.pid AND NOT w.granted)
-    ORDER BY a.pid`.catch(() => []);
-  const end = holders.length === 1
-    ? `end it (SELECT pg_terminate_backend(${holders[0].pid}))`
-    : "end them (SELECT pg_terminate_backend(pid) for each)";
-  const why = holders.length > 0
-    ? `${
-      holders.map(describeSession).join(", ")
-    } kept its tables locked; ${end} or let it finish, then start again`
-    : options.queued
-    ? "another process upgrading it took longer than the statement timeout; start again once it has finished"
-    : "another session (a transaction left open in psql, a paused console of an older version, a running pg_dump) kept its tables locked; end it or let it finish, then start again";
-  return new StoreUnavailableError("store_busy", `${options.what}: ${why}`, {
-    cause: options.cause,
-  });
-}
-
-/**
- * Lets a lock wait in the transaction of `tx` fail as itself before the
- * statement's own timeout does, so that the failure can name the holder.
- */
-export async function failLockWaitsFirst(tx: Sql | Tx): Promise<void> {
-  await tx`SELECT set_config('lock_timeout', (extract(epoch FROM
-    current_setting('statement_timeout')::interval) * 800)::bigint::text,
-    true)`;
-}
-
-/** PostgreSQL's SQLSTATE for a lock not granted within `lock_timeout`. */
-const LOCK_NOT_AVAILABLE = "55P03";
-
-/** PostgreSQL's SQLSTATE for a statement cancelled, by its timeout among others. */
-const QUERY_CANCELED = "57014";
-
-/** A database session, as an operator finds it in `pg_stat_activity`. */
-interface Session {
-  pid: number;
-  application: string;
-  address: string | null;
-}
-
-function describeSession(session: Session): string {
-  return `database session ${session.pid}${
-    session.application ? ` (${session.application})` : ""
-  }${session.address ? ` from ${session.address}` : ""}`;
-}
 
 async function migrateOnce(
   sql: Sql,
