@@ -64,8 +64,10 @@ export const update: Command = {
   async run(ctx) {
     const raw = ctx.values["allow-from"];
     const rateText = ctx.values.rate;
-    const hasAllow = typeof raw === "string" && raw.trim() !== "";
-    const hasRate = typeof rateText === "string" && rateText.trim() !== "";
+    // An empty value is refused as the value it is, not taken for the
+    // option left out: the other option would be applied without it.
+    const hasAllow = typeof raw === "string";
+    const hasRate = typeof rateText === "string";
     if (!hasAllow && !hasRate) {
       throw new UsageError(
         '--allow-from or --rate is required: ranges such as 192.0.2.0/24 or "any"; a rate such as 600/min or "none"',

@@ -237,6 +237,46 @@ Deno.test("every wrong command line prints one line, exits 2 and changes nothing
   assert.equal(await changes(dir.path), before);
 });
 
+Deno.test("an empty --rate or --allow-from is refused as a value that is none, beside the other option too, with exit 2 and nothing applied", async () => {
+  using dir = tempDir();
+  await createKey(dir.path, "berlin");
+  const before = await changes(dir.path);
+  const create = ["create", "--name", "x", "--email", "x@example.com"];
+  const wrong: [string[], string][] = [
+    [["update", "berlin", "--allow-from", "any", "--rate", ""], "rate_syntax"],
+    [
+      ["update", "berlin", "--allow-from", "10.0.0.0/8", "--rate=  "],
+      "rate_syntax",
+    ],
+    [["update", "berlin", "--rate", ""], "rate_syntax"],
+    [
+      ["update", "berlin", "--rate", "5/min", "--allow-from", ""],
+      "invalid_allowFrom",
+    ],
+    [["update", "berlin", "--allow-from", " "], "invalid_allowFrom"],
+    [[...create, "--rate", ""], "rate_syntax"],
+    [[...create, "--allow-from", ""], "invalid_allowFrom"],
+  ];
+  for (const [args, code] of wrong) {
+    const said = args.join(" ");
+    const human = await keys(dir.path, args);
+    assert.equal(human.code, 2, `${said}: ${human.stderr}`);
+    assert.match(
+      human.stderr,
+      code === "rate_syntax" ? /^--rate: / : /^--allow-from: /,
+      said,
+    );
+    assert.equal(human.stderr.trim().split("\n").length, 1, said);
+    assert.equal(human.stdout, "", said);
+    const json = await keys(dir.path, [...args, "--json"]);
+    assert.equal(json.code, 2, `${said} --json: ${json.stderr}`);
+    assert.equal(JSON.parse(json.stdout).error.code, code, `${said} --json`);
+  }
+  assert.equal(await changes(dir.path), before);
+  const [key] = JSON.parse((await keys(dir.path, ["list", "--json"])).stdout);
+  assert.deepEqual([key.allowFrom, key.rateLimit], [null, null]);
+});
+
 Deno.test("an unknown key, a taken name or a bad store path prints one line, exits 1 and changes nothing", async () => {
   using dir = tempDir();
   await createKey(dir.path, "berlin");
