@@ -164,7 +164,6 @@ export async function measureParts(): Promise<[string, number][]> {
     "KeyLookup.authenticate (all of the above two, index, cache)",
     () => lookup.authenticate(key),
   );
-  await add("lockout.succeeded", () => lockout.succeeded("127.0.0.1"));
   await add(
     "countOutcome (telemetry, no-op provider)",
     () => countOutcome("ok", ROUTE),

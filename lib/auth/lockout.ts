@@ -9,8 +9,7 @@
  * - per client address (IPv6 per /64): `maxFailures` in the window locks
  *   the address for `lockSeconds`;
  * - per network (/24, IPv6 /48): `networkMaxFailures` locks the network
- *   for every address in it that has not authenticated lately without
- *   failing since;
+ *   for every address in it;
  * - everywhere: past `globalMaxFailures` in the window, an address is locked
  *   for `lockSeconds` at its first failure. Nobody is refused for the
  *   global rate alone, while each attacking address buys one guess.
@@ -47,8 +46,6 @@ export interface LockoutOptions {
   networkMaxFailures?: number;
   /** Failures from everywhere past which one failure locks an address; default 100 × `maxFailures`. */
   globalMaxFailures?: number;
-  /** The most addresses remembered as having authenticated (default 10 000); the oldest is forgotten first. */
-  maxClients?: number;
   /** Cells per row of the hashed tables, a power of two; default 32 768. */
   sketchWidth?: number;
   /** The clock, in milliseconds; tests move it. */
@@ -257,20 +254,6 @@ class Window {
   }
 }
 
-/** An insertion-ordered map that forgets its oldest entry past a bound. */
-class Bounded<V> extends Map<string, V> {
-  constructor(readonly bound: number) {
-    super();
-  }
-
-  /** Sets the entry as the newest. */
-  touch(key: string, value: V): void {
-    this.delete(key);
-    this.set(key, value);
-    if (this.size > this.bound) this.delete(this.keys().next().value!);
-  }
-}
-
 /** Counts failed authentications and locks repeat offenders. */
 export class LockoutTracker {
   readonly maxFailures: number;
@@ -285,12 +268,6 @@ export class LockoutTracker {
   /** Address locks, by threshold or under a flood: one table, so neither can push the other out. */
   readonly #addressLocks: LockSketch;
   readonly #networkLocks: LockSketch;
-  /**
-   * Addresses that authenticated, with when, and have not failed since;
-   * they pass every lock. Bounded, but only a valid key adds to it, and
-   * forgetting one costs that client its pass, never a guess.
-   */
-  readonly #trusted: Bounded<number>;
 
   constructor(options: LockoutOptions) {
     this.maxFailures = options.maxFailures;
@@ -305,14 +282,12 @@ export class LockoutTracker {
     this.#networks = new CountSketch(width, now);
     this.#addressLocks = new LockSketch(width);
     this.#networkLocks = new LockSketch(width);
-    this.#trusted = new Bounded(options.maxClients ?? 10_000);
     this.#global = new Window(now);
   }
 
   /** Seconds the client must still wait, or 0 when it may proceed. */
   retryAfter(client: string): number {
     const now = this.#now();
-    if (this.#trusted.size > 0 && this.#isTrusted(client, now)) return 0;
     const own = this.#addressLocks.until(client, now);
     // The network's lock counts too when it is the longer one, so a lock
     // that a collision gave the address never shortens a real one.
@@ -329,8 +304,6 @@ export class LockoutTracker {
    */
   fail(client: string): LockEvent | null {
     if (this.retryAfter(client) > 0) return null;
-    // Authenticating once buys no guesses: the pass ends at the first failure.
-    this.#trusted.delete(client);
     const now = this.#now();
     const window = this.#windowMs;
     const until = now + this.#lockMs;
@@ -357,36 +330,10 @@ export class LockoutTracker {
     return event;
   }
 
-  /** Records a successful authentication: the address is known to be honest. */
-  succeeded(client: string): void {
-    const now = this.#now();
-    // Refreshing at most once a second keeps the hot path to one Map read.
-    const last = this.#trusted.get(client);
-    if (last === undefined || now - last > 1000) {
-      this.#trusted.touch(client, now);
-    }
-  }
-
   /** Bytes the counters and locks hold: fixed at construction, whatever the traffic. */
   get tableBytes(): number {
     return this.#addresses.bytes + this.#networks.bytes +
       this.#addressLocks.bytes + this.#networkLocks.bytes;
-  }
-
-  /** How many addresses are remembered as having authenticated; at most `maxClients`. */
-  get trustedCount(): number {
-    return this.#trusted.size;
-  }
-
-  /**
-   * Authenticated within a lock period and not failed since (a failure
-   * removes the entry): a valid key proves the client honest only until it
-   * starts guessing, or one key would buy an attacker the budget of every
-   * address it can call from.
-   */
-  #isTrusted(client: string, now: number): boolean {
-    const last = this.#trusted.get(client);
-    return last !== undefined && now - last < this.#lockMs;
   }
 }
 

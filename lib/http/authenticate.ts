@@ -2,20 +2,26 @@
  * The API-key authentication step that every authenticated route runs, in
  * this order, owned here and nowhere else:
  *
- * 1. lock-out: a locked client gets 429 before any hashing or store read;
- * 2. the key's format, then its hash, the index of stored hashes and the
+ * 1. the key's format, then its hash, the index of stored hashes and the
  *    lookup, from memory under this process's lease (lib/auth/key_lookup.ts);
- * 3. a failure is counted toward the lock-out, and answered 401 (or 429
- *    when an earlier failure of the same burst locked the client meanwhile);
- * 4. a key used from outside its `allowFrom` is refused exactly as an
- *    invalid key is (same 401, counted toward the lock-out), logged and
- *    noted on the key (lib/usage/networks.ts);
- * 5. a key with a rate limit takes one request from this server's share
+ * 2. a key used from outside its `allowFrom` fails exactly as an invalid
+ *    key does (same 401, counted toward the lock-out), logged and noted on
+ *    the key (lib/usage/networks.ts);
+ * 3. a request that failed meets the lock-out: 429 while its client is
+ *    locked, else the failure is counted and answered 401;
+ * 4. a key with a rate limit takes one request from this server's share
  *    of it (lib/auth/rate_limit.ts, lib/auth/peers.ts), in memory: past it,
  *    429 `rate_limited` with `Retry-After`, never counted toward the
  *    lock-out; within it, the `RateLimit` fields for the route's answer;
- * 6. a success is noted (last used, the network, a client known to be
- *    honest) and the key's record handed to the route.
+ * 5. a success is noted (last used, the network) and the key's record
+ *    handed to the route.
+ *
+ * The lock-out comes after the key because it exists for clients that
+ * retry a failing request: it answers only requests that fail anyway, so
+ * no lock (earned, shared with a network, or false under a flood that
+ * fills its tables) ever refuses a valid key. What that costs under a
+ * flood, and why the key's entropy and not the lock-out bounds guessing,
+ * is in docs/design.md ("Lock-out levels").
  *
  * Every outcome is counted by route. A route never sees a request whose key
  * was not valid at the moment the request was checked.
@@ -137,15 +143,11 @@ export function createAuthenticator(
 
   return {
     check(request, context) {
-      const counted = lockoutKey(context.client);
-      if (lockout.retryAfter(counted) > 0) {
-        return refuseLocked(counted, context.route);
-      }
       const result = lookup.authenticate(request.headers.get(API_KEY_HEADER));
       // Without a promise in the steady state: see KeyLookup.authenticate.
       return result instanceof Promise
-        ? result.then((found) => decide(found, context, counted))
-        : decide(result, context, counted);
+        ? result.then((found) => decide(found, context))
+        : decide(result, context);
     },
 
     refuseKeyInUrl(candidates, { client, route }) {
@@ -166,48 +168,21 @@ export function createAuthenticator(
     },
   };
 
-  /** Steps 3 to 6, once the key is looked up. */
+  /** Steps 2 to 5, once the key is looked up. */
   function decide(
     result: AuthResult,
     { client, route }: { client: string; route: string },
-    counted: string,
   ): AuthDecision | Promise<AuthDecision> {
-    const record = result.ok ? result.record : null;
-    let failed: AuthFailure | "address" | null = result.ok
-      ? null
-      : result.reason;
-    if (!result.ok && result.reason === "expired") {
-      retirements.lapsed(result.record);
+    if (!result.ok) {
+      if (result.reason === "expired") retirements.lapsed(result.record);
+      return refuseFailed(result.reason, { client, route });
     }
+    const record = result.record;
     // Refused before a first use can retire anything: a key used from
     // outside its ranges has not been used.
-    if (record !== null && !allowedFrom(record, client)) {
-      usage?.refused(record.id, client, now());
-      log?.({ msg: "key_refused_from_address", apiKeyId: record.id, client });
-      failed = "address";
+    if (!allowedFrom(record, client)) {
+      return refuseFailed("address", { client, route, keyId: record.id });
     }
-    if (record === null || failed !== null) {
-      const lock = lockout.fail(counted);
-      noteLock(lock, client);
-      if (!lock && lockout.retryAfter(counted) > 0) {
-        // Requests of one burst all pass the first check before the first
-        // of them fails; those that fail after the lock get 429, so a
-        // burst sees no more 401s than the threshold.
-        return refuseLocked(counted, route);
-      }
-      // Counted as answered: one outcome per request, 401 or 429.
-      countOutcome(
-        failed === "revoked" || failed === "expired"
-          ? "revoked"
-          : failed === "address"
-          ? "address_refused"
-          : "invalid",
-        route,
-      );
-      // The caller learns nothing: the very 401 of an invalid key.
-      return { ok: false, response: unauthorized() };
-    }
-    if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
     let headers: [string, string][] | undefined;
     const limit = record.rateLimit;
     if (limit !== null) {
@@ -239,27 +214,49 @@ export function createAuthenticator(
         // The cached record still holds the spent link; kept, it would
         // make every later request of the key try the retirement again.
         lookup.forget(record.id);
-        // Other requests of the client may have locked it meanwhile.
-        if (lockout.retryAfter(counted) > 0) {
-          return refuseLocked(counted, route);
-        }
-        return succeed(record, { counted, route }, headers);
+        return succeed(record, { client, route }, headers);
       });
     }
-    return succeed(record, { counted, route }, headers);
+    return succeed(record, { client, route }, headers);
   }
 
   function succeed(
     record: KeyRecord,
-    { counted, route }: { counted: string; route: string },
+    { client, route }: { client: string; route: string },
     headers: [string, string][] | undefined,
   ): AuthDecision {
-    lockout.succeeded(counted);
     countOutcome("ok", route);
     const at = now();
     lastUsed?.used(record.id, at);
-    usage?.used(record.id, counted, at);
+    usage?.used(record.id, lockoutKey(client), at);
     return { ok: true, key: record, headers };
+  }
+
+  /**
+   * A request that would fail whatever the lock-out says: 429 while its
+   * client is locked, else counted toward the lock and answered 401, the
+   * same for every reason so the caller learns nothing.
+   */
+  function refuseFailed(
+    reason: AuthFailure | "address",
+    { client, route, keyId }: { client: string; route: string; keyId?: number },
+  ): { ok: false; response: Response } {
+    const counted = lockoutKey(client);
+    if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
+    if (keyId !== undefined) {
+      usage?.refused(keyId, client, now());
+      log?.({ msg: "key_refused_from_address", apiKeyId: keyId, client });
+    }
+    noteLock(lockout.fail(counted), client);
+    countOutcome(
+      reason === "revoked" || reason === "expired"
+        ? "revoked"
+        : reason === "address"
+        ? "address_refused"
+        : "invalid",
+      route,
+    );
+    return { ok: false, response: unauthorized() };
   }
 
   async function noteExposure(

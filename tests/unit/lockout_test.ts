@@ -70,7 +70,7 @@ Deno.test("a flood from 300 000 addresses keeps the tracker at its bound", () =>
     "gc" in globalThis,
     "run with --v8-flags=--expose-gc, as deno task test does",
   );
-  const { t } = tracker({ maxClients: 10_000 });
+  const { t } = tracker();
   const tables = t.tableBytes;
   const heapBefore = heapUsed();
   for (let i = 0; i < 300_000; i++) {
@@ -79,7 +79,7 @@ Deno.test("a flood from 300 000 addresses keeps the tracker at its bound", () =>
   assert.equal(t.tableBytes, tables, "the hashed tables never grow");
   assert.ok(tables <= 4 * 1024 * 1024, `${tables} bytes of tables`);
   const grown = heapUsed() - heapBefore;
-  // 10 000 entries of a few timestamps each: a few MB, where 300 000 would take tens.
+  // Nothing per address: 300 000 entries of anything would take tens of MB.
   assert.ok(
     grown < 8 * 1024 * 1024,
     `heap grew by ${Math.round(grown / 1024 / 1024)} MB`,
@@ -87,7 +87,7 @@ Deno.test("a flood from 300 000 addresses keeps the tracker at its bound", () =>
 });
 
 Deno.test("a flood of single failures from fresh addresses does not release a locked client", () => {
-  const { t } = tracker({ maxClients: 100 });
+  const { t } = tracker();
   for (let i = 0; i < 3; i++) t.fail("guesser");
   assert.ok(t.retryAfter("guesser") > 0);
   for (let i = 0; i < 10_000; i++) t.fail(`10.1.${i >> 8}.${i & 255}`);
@@ -97,7 +97,7 @@ Deno.test("a flood of single failures from fresh addresses does not release a lo
 Deno.test("round-robin failures over 20 000 addresses in one /16 are still locked out, by network and globally", () => {
   // The attack that walked around the old tracker: every counter was evicted
   // before it reached the threshold. 10 rounds over 20 000 addresses.
-  const { t } = tracker({ maxClients: 1_000 });
+  const { t } = tracker();
   let refused = 0;
   let counted = 0;
   for (let round = 0; round < 10; round++) {
@@ -116,38 +116,6 @@ Deno.test("round-robin failures over 20 000 addresses in one /16 are still locke
     `${counted} failures got through to a key check`,
   );
   assert.ok(refused >= 197_000, `${refused} refused`);
-});
-
-Deno.test("a network lock spares addresses in it that authenticated lately and have not failed since", () => {
-  const { t } = tracker();
-  t.succeeded("192.0.2.1");
-  t.succeeded("192.0.2.2");
-  t.fail("192.0.2.2"); // authenticated once, then started guessing
-  for (let i = 10; i < 60; i++) t.fail(`192.0.2.${i}`);
-  assert.ok(
-    t.retryAfter("192.0.2.200") > 0,
-    "a fresh address in the network waits",
-  );
-  assert.equal(t.retryAfter("192.0.2.1"), 0, "the honest client does not");
-  assert.ok(t.retryAfter("192.0.2.2") > 0, "the one that failed does");
-  assert.equal(t.retryAfter("192.0.3.1"), 0, "nor does the next network");
-});
-
-Deno.test("one valid key does not lift the network budget for every address that uses it", () => {
-  const { t } = tracker();
-  let guesses = 0;
-  // An attacker authenticates from 254 addresses of one /24, then guesses from each.
-  for (let i = 1; i < 255; i++) t.succeeded(`198.51.100.${i}`);
-  for (let round = 0; round < 3; round++) {
-    for (let i = 1; i < 255; i++) {
-      const address = `198.51.100.${i}`;
-      if (t.retryAfter(address) === 0) {
-        t.fail(address);
-        guesses++;
-      }
-    }
-  }
-  assert.ok(guesses <= 30 + 254, `${guesses} guesses`); // the network's budget, then one each
 });
 
 Deno.test("past the global budget a failing address is locked at its first failure, and honest newcomers are still served", () => {
@@ -171,7 +139,7 @@ Deno.test("past the global budget a failing address is locked at its first failu
 });
 
 Deno.test("a locked address stays locked however many other addresses fail", () => {
-  const { t } = tracker({ maxClients: 50 });
+  const { t } = tracker();
   for (let i = 0; i < 3; i++) t.fail("198.51.100.9");
   for (let i = 0; i < 100_000; i++) {
     t.fail(`10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`);
@@ -242,17 +210,6 @@ Deno.test("a global lock's event ends when Retry-After says, after the lock peri
   );
 });
 
-Deno.test("an address that authenticated keeps working when the hashed tables are saturated by an attack", () => {
-  // Eight cells a row: every address shares cells with the flood.
-  const { t } = tracker({ sketchWidth: 8 });
-  t.succeeded("192.0.2.1");
-  for (let i = 0; i < 5_000; i++) t.fail(spreadAddress(i));
-  assert.ok(t.retryAfter("203.0.113.9") > 0, "a newcomer is refused: the cost");
-  assert.equal(t.retryAfter("192.0.2.1"), 0, "the integrator is not");
-  t.fail("192.0.2.1");
-  assert.ok(t.retryAfter("192.0.2.1") > 0, "until it fails itself");
-});
-
 /**
  * The reference model: the same rules with exact per-address and
  * per-network counts in unbounded maps, windows aligned as the tracker's.
@@ -263,7 +220,6 @@ class ExactLockout {
     { start: number; current: number; previous: number }
   >();
   #locks = new Map<string, number>();
-  #trusted = new Map<string, number>();
   constructor(
     readonly options: LockoutOptions & { networkMaxFailures: number },
     readonly now: () => number,
@@ -295,12 +251,6 @@ class ExactLockout {
 
   retryAfter(client: string): number {
     const now = this.now();
-    const trusted = this.#trusted.get(client);
-    if (
-      trusted !== undefined && now - trusted < this.options.lockSeconds * 1000
-    ) {
-      return 0;
-    }
     const until = Math.max(
       this.#until(`a ${client}`),
       this.#until(`n ${networkKey(client)}`),
@@ -309,7 +259,6 @@ class ExactLockout {
   }
 
   fail(client: string): void {
-    this.#trusted.delete(client);
     const until = this.now() + this.options.lockSeconds * 1000;
     const network = `n ${networkKey(client)}`;
     if (
@@ -320,18 +269,10 @@ class ExactLockout {
       this.#locks.set(`a ${client}`, until);
     }
   }
-
-  succeeded(client: string): void {
-    const last = this.#trusted.get(client);
-    if (last === undefined || this.now() - last > 1000) {
-      this.#trusted.set(client, this.now());
-    }
-  }
 }
 
 const operation = fc.oneof(
   fc.record({ kind: fc.constant("fail" as const), who: fc.nat(39) }),
-  fc.record({ kind: fc.constant("succeed" as const), who: fc.nat(39) }),
   fc.record({ kind: fc.constant("wait" as const), ms: fc.nat(200_000) }),
 );
 
@@ -359,14 +300,7 @@ function runAgainstModel(
   const model = new ExactLockout(options, () => now, now);
   for (const op of ops) {
     if (op.kind === "wait") now += op.ms!;
-    else if (op.kind === "succeed") {
-      // As the authentication step does: only a client not locked succeeds.
-      const who = address(op.who!);
-      if (t.retryAfter(who) === 0) {
-        t.succeeded(who);
-        model.succeeded(who);
-      }
-    } else {
+    else {
       const who = address(op.who!);
       // Only a failure the tracker counts reaches the model: both see the
       // same history, so any lock the model holds is one the tracker owes.
