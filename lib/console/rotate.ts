@@ -7,7 +7,11 @@
 
 import { generateApiKey } from "../auth/api_key.ts";
 import { KeyCollisionError, StoreUnavailableError } from "../store/errors.ts";
-import { publicRecord } from "../store/records.ts";
+import {
+  AUDIT_DETAIL,
+  overlappedPredecessor,
+  publicRecord,
+} from "../store/records.ts";
 import type {
   KeyRecord,
   KeyStore,
@@ -77,13 +81,22 @@ export const rotate: Command = {
     if (target.replacedBy !== null) {
       throw await retiringRefusal(store, target);
     }
+    // A line of rotated keys keeps at most two working: the key `target`
+    // replaced, still in its overlap, goes now. Said before it is asked.
+    const overlapped = overlappedPredecessor(
+      target,
+      target.rotatedFrom === null ? null : await store.get(target.rotatedFrom),
+    );
     await confirm({
       question: `Rotate key ${describe(target)}? ` +
         (overlap.overlapUntil
           ? `It keeps working until ${overlap.overlapUntil}${
             overlap.untilFirstUse ? " or the new key's first use" : ""
           }, then gets 401.`
-          : "It is revoked at once: requests with it get 401 until the installation has the new key."),
+          : "It is revoked at once: requests with it get 401 until the installation has the new key.") +
+        (overlapped === null
+          ? ""
+          : ` Key ${overlapped.id}, which it replaced and which still works in its overlap, is revoked at once: a line of rotated keys keeps at most two working.`),
       declined: `Key ${named(target)} was not rotated; ` +
         "answer y to rotate it, or pass --yes",
     }, { yes: ctx.values.yes === true, interactive: ctx.interactive });
@@ -123,7 +136,7 @@ export const rotate: Command = {
       interrupted = error;
       rotated = error.result as RotateResult;
     }
-    const { revoked, created } = rotated;
+    const { revoked, created, retired } = rotated;
     // The old key as the store holds it after the change, with the usage
     // that only get() fills in (a rotation returns the bare record).
     const replaced = json ? await readBack(store, revoked) : revoked;
@@ -133,6 +146,7 @@ export const rotate: Command = {
           ? jsonText({
             ...publicRecord(created),
             replaces: publicRecord(replaced),
+            retired: retired === null ? null : publicRecord(retired),
           }).slice(1) + "\n"
           : "\n",
       );
@@ -154,7 +168,11 @@ export const rotate: Command = {
             created.retires === null ? "" : ` or key ${created.id}'s first use`
           }; created`
           : `Revoked key ${revoked.id} and created`
-      } key ${named(created)} for ${visible(created.email)}.\n${STORE_WARNING}`,
+      } key ${named(created)} for ${visible(created.email)}.${
+        retired === null
+          ? ""
+          : ` Revoked key ${retired.id}, which was still in its overlap.`
+      }\n${STORE_WARNING}`,
     );
   },
 };
@@ -171,7 +189,7 @@ async function rotateAfterWrite(
     fresh: { hash: string; hint: string; expiresAt: string | null };
     rotation: RotateOptions;
   },
-): Promise<{ revoked: KeyRecord; created: KeyRecord }> {
+): Promise<RotateResult> {
   try {
     return await store.rotate(target.id, options.fresh, options.rotation);
   } catch (error) {
@@ -189,7 +207,16 @@ async function rotateAfterWrite(
       const created = await store.findByHash(options.fresh.hash);
       const old = await store.get(target.id);
       if (created !== null && old !== null) {
-        return { revoked: old, created };
+        const retired = old.rotatedFrom === null
+          ? null
+          : await store.get(old.rotatedFrom);
+        return {
+          revoked: old,
+          created,
+          retired: retired?.revokedReason === AUDIT_DETAIL.chainRotated(old.id)
+            ? retired
+            : null,
+        };
       }
       state = old?.status === "valid"
         ? `key ${target.id} is unchanged and still valid`

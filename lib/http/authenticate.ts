@@ -48,6 +48,7 @@ import type { Peers } from "../auth/peers.ts";
 import { rateLimitHeaders } from "./rate_limit_headers.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
+import { counterOf } from "../store/records.ts";
 import type { BackgroundWrites } from "../util/background.ts";
 import { countOutcome } from "./telemetry.ts";
 import { allowedFrom, type UsageRecorder } from "../usage/networks.ts";
@@ -188,14 +189,14 @@ export function createAuthenticator(
     if (limit !== null) {
       // After every check of the key, so that only a valid key's request
       // is counted, and a refusal here is never a failed authentication.
-      // Counted per key, the two keys of a rotation's overlap included:
-      // counted together, whoever holds the old key (a leaked one, most
-      // often the reason to rotate) could use up the budget and keep the
-      // new key refused, and its first use from retiring the old one.
-      const decision = limiter.take(record.id, limit, {
-        share: peers === undefined
-          ? limit.count
-          : peers.share(limit, record.id),
+      // The two keys of a rotation's overlap count apart: counted together,
+      // whoever holds the old key (a leaked one, most often the reason to
+      // rotate) could use up the budget and keep the new key refused. A
+      // line of rotations shares two counts (lib/store/records.ts,
+      // counterOf), so it never gets more than twice its limit.
+      const counter = counterOf(record);
+      const decision = limiter.take(counter, limit, {
+        share: peers === undefined ? limit.count : peers.share(limit, counter),
         scale: peers?.count ?? 1,
       });
       headers = rateLimitHeaders(limit, decision);

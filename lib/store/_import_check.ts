@@ -87,7 +87,14 @@ function nameOk(name: string): boolean {
  * itself, and a valid key in an overlap has the deadline that ends it.
  */
 function checkLinks(record: KeyRecord): void {
-  for (const field of ["replacedBy", "retires"] as const) {
+  for (
+    const field of [
+      "replacedBy",
+      "retires",
+      "rotatedFrom",
+      "rateCounter",
+    ] as const
+  ) {
     const value = record[field] ?? null;
     if (
       value !== null &&
@@ -95,7 +102,8 @@ function checkLinks(record: KeyRecord): void {
     ) {
       fail(record.id, "id_out_of_range", { limit: MAX_KEY_ID });
     }
-    if (value === record.id) {
+    // A key may count with itself (the first of its line), never replace itself.
+    if (value === record.id && field !== "rateCounter") {
       fail(record.id, "link_invalid", { recordField: field });
     }
   }
@@ -280,6 +288,8 @@ export class ImportChecker {
       expiresAt: record.expiresAt ?? null,
       replacedBy: record.replacedBy ?? null,
       retires: record.retires ?? null,
+      rotatedFrom: record.rotatedFrom ?? null,
+      rateCounter: record.rateCounter ?? null,
       rateLimit: importedRateLimit(record, id),
       ...usage,
     };

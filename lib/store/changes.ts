@@ -23,6 +23,7 @@ import {
   newRecord,
   normalizeEmail,
   normalizeName,
+  overlappedPredecessor,
   refuseRetiring,
   retiredRecord,
   revokedRecord,
@@ -130,6 +131,9 @@ export async function rotateKey(
   if (current.status === "revoked") throw new RotateRevokedError(id);
   refuseRetiring(current);
   if (await draft.hashTaken(replacement.hash)) throw new KeyCollisionError();
+  const predecessor = current.rotatedFrom === null
+    ? null
+    : await draft.get(current.rotatedFrom);
   const fresh = newRecord(await draft.nextId(), {
     ...replacement,
     name: current.name,
@@ -137,8 +141,23 @@ export async function rotateKey(
   }, draft.at);
   const { created, old } = rotation(current, fresh, {
     at: draft.at,
+    predecessor,
     ...rotate,
   });
+  // At most two keys of a line at once: the one `current` replaced goes now.
+  const overlapped = overlappedPredecessor(current, predecessor);
+  const retired = overlapped === null
+    ? null
+    : revokedRecord(overlapped, draft.at, AUDIT_DETAIL.chainRotated(id));
+  if (retired !== null) {
+    draft.update(retired);
+    draft.audit({
+      action: "revoke",
+      keyId: retired.id,
+      actor: rotate.actor,
+      detail: retired.revokedReason,
+    });
+  }
   // The old key first: it gives up the name the new one takes.
   draft.update(old);
   draft.insert(created);
@@ -148,7 +167,7 @@ export async function rotateKey(
     actor: rotate.actor,
     detail: rotateDetail(created.id, rotate),
   });
-  return { revoked: old, created };
+  return { revoked: old, created, retired };
 }
 
 /**

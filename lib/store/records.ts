@@ -195,6 +195,9 @@ export const AUDIT_DETAIL = {
   expired: EXPIRED_REASON,
   /** The reason of a key whose rotation overlap ended at its deadline. */
   overlapEnded: overlapEndedReason,
+  /** The reason of a key in an overlap retired because its replacement was rotated. */
+  chainRotated: (replacementId: number): string =>
+    `retired: its replacement, key ${replacementId}, was rotated`,
   /** The reason of a key retired by its replacement's first use. */
   firstUsed: (createdId: number): string =>
     `replaced by key ${createdId}, which was first used`,
@@ -210,6 +213,8 @@ export function withLifecycle(record: KeyRecord): KeyRecord {
     expiresAt: record.expiresAt ?? null,
     replacedBy: record.replacedBy ?? null,
     retires: record.retires ?? null,
+    rotatedFrom: record.rotatedFrom ?? null,
+    rateCounter: record.rateCounter ?? null,
     rateLimit: record.rateLimit ?? null,
   };
 }
@@ -265,6 +270,8 @@ export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
     expiresAt: input.expiresAt ?? null,
     replacedBy: null,
     retires: null,
+    rotatedFrom: null,
+    rateCounter: null,
     allowFrom: input.allowFrom ?? null,
     rateLimit: input.rateLimit ?? null,
     networks: [],
@@ -309,16 +316,22 @@ export function refuseRetiring(record: KeyRecord): void {
 export function rotation(
   current: KeyRecord,
   fresh: KeyRecord,
-  options: RotateOptions & { at: Date },
+  options: RotateOptions & { at: Date; predecessor: KeyRecord | null },
 ): { created: KeyRecord; old: KeyRecord } {
   // The replacement is the same installation's key: a restriction to its
   // networks must not fall away because the key was rotated (often after a
   // leak, when it matters most).
-  // Its rate limit likewise: a rotation is not a way around the limit.
+  // Its rate limit likewise: a rotation is not a way around the limit. It
+  // counts with the key `current` replaced, which is retired by now, so
+  // the line's two live keys never share a count (whoever holds the old
+  // one cannot use up the new one's) and the line never has more than two.
+  const { predecessor } = options;
   const created = {
     ...fresh,
     allowFrom: current.allowFrom,
     rateLimit: current.rateLimit,
+    rotatedFrom: current.id,
+    rateCounter: predecessor === null ? null : counterOf(predecessor),
   };
   if (options.overlapUntil === undefined) {
     return {
@@ -330,6 +343,29 @@ export function rotation(
     created: { ...created, retires: options.untilFirstUse ? current.id : null },
     old: overlappedRecord(current, options.overlapUntil, fresh.id),
   };
+}
+
+/** The rate-limit count key `record` takes from: its own, or the one it shares. */
+export function counterOf(
+  record: Pick<KeyRecord, "id" | "rateCounter">,
+): number {
+  return record.rateCounter ?? record.id;
+}
+
+/**
+ * The key that a rotation of `current` must retire at once: its own
+ * predecessor, when still valid in the overlap of the rotation that made
+ * `current`. Left valid, a line of rotations would keep any number of keys
+ * working, each with its own rate limit.
+ */
+export function overlappedPredecessor(
+  current: KeyRecord,
+  predecessor: KeyRecord | null,
+): KeyRecord | null {
+  return predecessor !== null && predecessor.status === "valid" &&
+      predecessor.replacedBy === current.id
+    ? predecessor
+    : null;
 }
 
 /** The audit detail of a rotation, with its overlap when it has one. */
@@ -347,8 +383,11 @@ export function rotateDetail(
 }
 
 /** The record without its hash, as the console shows it. */
-export function publicRecord(record: KeyRecord): Omit<KeyRecord, "hash"> {
-  const { hash: _hash, ...rest } = record;
+export function publicRecord(
+  record: KeyRecord,
+): Omit<KeyRecord, "hash" | "rateCounter"> {
+  // The rate-limit count a key shares is bookkeeping, kept by exports only.
+  const { hash: _hash, rateCounter: _counter, ...rest } = record;
   return rest;
 }
 

@@ -60,6 +60,15 @@ export interface KeyRecord {
    * of the key revoked when this one first authenticates. Null once done.
    */
   retires: number | null;
+  /** On a key made by a rotation: the id of the key it replaced. */
+  rotatedFrom: number | null;
+  /**
+   * The key whose rate-limit count this one shares; null: its own. A
+   * rotation's replacement counts with its predecessor's predecessor, so a
+   * line of rotated keys uses two counts however long it grows, and is
+   * accepted at most twice its limit in any window.
+   */
+  rateCounter: number | null;
   /**
    * The client networks (canonical CIDR ranges) the key may be used from;
    * null: from anywhere. Part of the record, so a cached record carries it.
@@ -179,6 +188,8 @@ export interface RevokeResult {
 export interface RotateResult {
   revoked: KeyRecord;
   created: KeyRecord;
+  /** The old key's own predecessor, retired at once because it was still in its overlap. */
+  retired: KeyRecord | null;
 }
 
 /**

@@ -65,6 +65,7 @@ const RECORD = [
   "expiresAt",
   "replacedBy",
   "retires",
+  "rotatedFrom",
   "allowFrom",
   "rateLimit",
   "networks",
@@ -122,7 +123,7 @@ function rows(key: { identify: () => string }): Row[] {
     {
       args: ["rotate", "hamburg", "--yes"],
       exit: 0,
-      shape: { object: [...RECORD, "key", "replaces"] },
+      shape: { object: [...RECORD, "key", "replaces", "retired"] },
     },
     { args: ["revoke", "1", "--yes"], exit: 0, shape: { object: RECORD } },
     {

@@ -14,7 +14,7 @@ import {
   KeyNotFoundError,
   StoreInputError,
 } from "../../lib/store/errors.ts";
-import { newRecord } from "../../lib/store/records.ts";
+import { counterOf, newRecord } from "../../lib/store/records.ts";
 import type { ExportItem, KeyRecord, KeyStore } from "../../lib/store/types.ts";
 
 /** Opens an empty store; disposing it closes and removes it. */
@@ -699,6 +699,42 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       "10.1.0.0/16",
       "2001:db8::/48",
     ]);
+  });
+
+  test("rotate() of a key whose predecessor is still in its overlap revokes the predecessor in the same change, and the line keeps two counts", async (store) => {
+    const a = await store.create(
+      { ...input("a"), rateLimit: { count: 5, windowSeconds: 60 } },
+      { actor: ACTOR },
+    );
+    const overlap = {
+      actor: ACTOR,
+      overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+    };
+    const b = (await store.rotate(a.id, generateApiKey(), overlap)).created;
+    const second = await store.rotate(b.id, generateApiKey(), overlap);
+    const c = second.created;
+    assert.equal(second.retired?.id, a.id);
+    const third = await store.rotate(c.id, generateApiKey(), overlap);
+    const d = third.created;
+    assert.equal(third.retired?.id, b.id);
+    // What the request path reads: two keys of the line work, on two counts.
+    const line = await Promise.all(
+      [a, b, c, d].map(async (key) =>
+        (await store.findByHashAt(key.hash)).record!
+      ),
+    );
+    assert.deepEqual(line.map((record) => record.status), [
+      "revoked",
+      "revoked",
+      "valid",
+      "valid",
+    ]);
+    assert.deepEqual(line.map(counterOf), [a.id, b.id, a.id, b.id]);
+    assert.match(line[0].revokedReason ?? "", new RegExp(`key ${b.id}\\b`));
+    const revokes = (await collect(store.audit()))
+      .filter((entry) => entry.action === "revoke")
+      .map((entry) => entry.keyId);
+    assert.deepEqual(revokes, [a.id, b.id]);
   });
 
   test("setRateLimit() is an authentication change: audited, it moves the authentication revision and the change feed; the same limit again changes nothing", async (store) => {

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { generateApiKey, hashApiKey } from "../../lib/auth/api_key.ts";
 import { createAuthenticator } from "../../lib/http/authenticate.ts";
 import { createRouter } from "../../lib/http/router.ts";
@@ -61,6 +62,7 @@ async function setup(
     clock,
     call,
     key,
+    record,
     async [Symbol.asyncDispose]() {
       await counting.settled();
       await counting[Symbol.asyncDispose]();
@@ -189,4 +191,104 @@ Deno.test("during a rotation's overlap, the old key's holder using up its budget
     "the new key's first use retired the old one",
   );
   assert.deepEqual(await statuses(t.key, 1), [401]);
+});
+
+Deno.test("a line of chained rotations is never accepted more than twice its limit in any window, however its keys are used (property)", async () => {
+  const LIMIT = { count: 5, windowSeconds: 60 };
+  // Calls mostly, with the newest keys likelier: what uses up a budget.
+  const step = fc.oneof(
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        kind: fc.constant("rotate" as const),
+        overlap: fc.boolean(),
+        untilFirstUse: fc.boolean(),
+      }),
+    },
+    {
+      weight: 8,
+      arbitrary: fc.record({
+        kind: fc.constant("call" as const),
+        back: fc.nat(1),
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant("wait" as const),
+        ms: fc.nat(15_000),
+      }),
+    },
+  );
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(step, { minLength: 30, maxLength: 80 }),
+      async (steps) => {
+        await using t = await setup(LIMIT);
+        const line = [{ key: t.key, id: t.record.id }];
+        const accepted: number[] = [];
+        for (const s of steps) {
+          if (s.kind === "wait") t.clock.ms += s.ms;
+          else if (s.kind === "rotate") {
+            const fresh = generateApiKey();
+            const { created } = await t.counting.store.rotate(
+              line.at(-1)!.id,
+              fresh,
+              s.overlap
+                ? {
+                  actor: "t",
+                  overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+                  untilFirstUse: s.untilFirstUse,
+                }
+                : { actor: "t" },
+            );
+            line.push({ key: fresh.key, id: created.id });
+          } else {
+            const { key } = line[Math.max(0, line.length - 1 - s.back)];
+            const response = await t.call(key);
+            await response.body?.cancel();
+            if (response.status === 200) accepted.push(t.clock.ms);
+          }
+        }
+        // Every window of 60 s ending at an accepted request.
+        for (const end of accepted) {
+          const inWindow = accepted.filter((at) =>
+            at > end - 60_000 && at <= end
+          );
+          assert.ok(
+            inWindow.length <= 2 * LIMIT.count,
+            `${inWindow.length} accepted within 60 s across ${line.length} keys`,
+          );
+        }
+      },
+    ),
+    { numRuns: 100 },
+  );
+});
+
+Deno.test("three chained rotations with an overlap of a 5/min key: 10 × 200 in a minute across the line, then 429", async () => {
+  await using t = await setup({ count: 5, windowSeconds: 60 });
+  const line = [{ key: t.key, id: t.record.id }];
+  const statuses: number[][] = [];
+  for (let r = 0; r < 3; r++) {
+    const row: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const response = await t.call(line.at(-1)!.key);
+      await response.body?.cancel();
+      row.push(response.status);
+    }
+    statuses.push(row);
+    const fresh = generateApiKey();
+    const { created } = await t.counting.store.rotate(line.at(-1)!.id, fresh, {
+      actor: "t",
+      overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+    });
+    line.push({ key: fresh.key, id: created.id });
+  }
+  // The third key counts with the first, retired at the second rotation.
+  assert.deepEqual(statuses, [
+    [200, 200, 200, 200, 200, 429],
+    [200, 200, 200, 200, 200, 429],
+    [429, 429, 429, 429, 429, 429],
+  ]);
 });

@@ -230,6 +230,8 @@ function toRecord(row: LegacyKey): KeyRecord {
     expiresAt: time("expires_at"),
     replacedBy: id(row.replaced_by),
     retires: id(row.retires),
+    rotatedFrom: null,
+    rateCounter: null,
     allowFrom: row.allow_from,
     rateLimit: storedRateLimit(row.rate_limit),
     networks: [],
