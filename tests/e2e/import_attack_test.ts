@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { generateApiKey } from "../../lib/auth/api_key.ts";
+import { generateApiKey, KEY_PATTERN } from "../../lib/auth/api_key.ts";
 import { exportTo, importFrom } from "../../lib/console/backup/mod.ts";
 import { openKvStore } from "../../lib/store/kv.ts";
 import { openPostgresStore } from "../../lib/store/postgres/store.ts";
@@ -17,6 +17,7 @@ import {
   createKey,
   keys,
   startServer,
+  taskArgs,
   taskCommand,
   tempDir,
 } from "../support/processes.ts";
@@ -72,11 +73,14 @@ const HEADER = JSON.stringify({
   exportedAt: new Date().toISOString(),
 });
 
-/** Export lines of `count` valid keys with ids from 1, and the keys. */
-function exportLines(count: number): { lines: string[]; keys: string[] } {
+/** Export lines of `count` valid keys with ids from `first`, and the keys. */
+function exportLines(
+  count: number,
+  first = 1,
+): { lines: string[]; keys: string[] } {
   const lines: string[] = [];
   const made: string[] = [];
-  for (let id = 1; id <= count; id++) {
+  for (let id = first; id < first + count; id++) {
     const fresh = generateApiKey();
     made.push(fresh.key);
     lines.push(JSON.stringify({
@@ -292,6 +296,79 @@ onBothStores(
     assert.equal(listed.length, 250);
     assert.equal((await check(server.url, first.keys[249])).status, 200);
     assert.equal((await check(server.url, second.keys[0])).status, 401);
+  },
+);
+
+onBothStores(
+  "an import stopped by Ctrl-C or SIGTERM undoes what it wrote, says so in one line and exits as the signal would; the store is as before, with no --abort to run",
+  async (env, cwd) => {
+    await using server = await startServer(cwd, { ...env, ...SERVER_ENV });
+    for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
+      // Its own process group, as a shell gives a command, so that the
+      // signal reaches the launcher and the console at once, as Ctrl-C does.
+      const importer = new Deno.Command("setsid", {
+        args: [
+          Deno.execPath(),
+          ...taskArgs("keys", { cwd, env }),
+          "import",
+          "-",
+        ],
+        cwd,
+        env,
+        stdin: "piped",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+      let stderr = "";
+      const read = importer.stderr.pipeThrough(new TextDecoderStream())
+        .pipeTo(new WritableStream({ write: (text) => void (stderr += text) }));
+      const stdout = new Response(importer.stdout).text();
+      const first = exportLines(500);
+      // An export as long as the import takes to report progress, however
+      // fast the machine: fed until the import is gone, so that the signal
+      // comes while it reads and writes, as it would on a file.
+      const fed = (async () => {
+        const writer = importer.stdin.getWriter();
+        const encoder = new TextEncoder();
+        try {
+          await writer.write(
+            encoder.encode([HEADER, ...first.lines].join("\n") + "\n"),
+          );
+          for (let id = 501;; id += 500) {
+            const lines = exportLines(500, id).lines;
+            await writer.write(encoder.encode(lines.join("\n") + "\n"));
+          }
+        } catch (error) {
+          if (!(error instanceof Deno.errors.BrokenPipe)) throw error;
+        }
+      })();
+      await until(
+        () => / so far…\n/.test(stderr),
+        "the import's progress line",
+      );
+      Deno.kill(-importer.pid, signal);
+      const status = await importer.status;
+      await Promise.all([read, fed]);
+      const list = await keys(cwd, ["list", "--all", "--json"], env);
+      assert.equal(list.code, 0, `${signal}: ${list.stderr}`);
+      assert.equal(list.stdout.trim(), "[]");
+      const abort = await keys(cwd, ["import", "--abort"], env);
+      assert.match(abort.stderr, /^No import was unfinished/, signal);
+      assert.equal((await check(server.url, first.keys[0])).status, 401);
+
+      const said = stderr.trim().split("\n").filter((l) =>
+        !/ so far…$/.test(l)
+      );
+      assert.equal(status.code, code, `${signal}: ${stderr}`);
+      assert.equal(said.length, 1, `${signal}: ${stderr}`);
+      assert.match(said[0], /^Import interrupted; /, signal);
+      assert.equal(await stdout, "");
+      assert.doesNotMatch(stderr, KEY_PATTERN);
+    }
+    const created = await createKey(cwd, "berlin-erp", undefined, env);
+    assert.equal(created.id, 1);
+    assert.equal((await check(server.url, created.key)).status, 200);
+    assert.doesNotMatch(server.output(), KEY_PATTERN);
   },
 );
 

@@ -62,6 +62,33 @@ export function fileProblem(
   return error;
 }
 
+/** Signals that end a backup or restore, with the exit code a shell gives them. */
+const INTERRUPTIONS: [Deno.Signal, number][] = [
+  ["SIGINT", 130],
+  ["SIGTERM", 143],
+  ["SIGHUP", 129],
+];
+
+/**
+ * Until disposed, an interrupting signal calls `stop` with the exit code
+ * the shell gives that signal, instead of ending the process.
+ */
+export function onInterruption(stop: (exitCode: number) => void): Disposable {
+  const listeners = INTERRUPTIONS.map((
+    [signal, code],
+  ): [Deno.Signal, () => void] => [signal, () => stop(code)]);
+  for (const [signal, listener] of listeners) {
+    Deno.addSignalListener(signal, listener);
+  }
+  return {
+    [Symbol.dispose]() {
+      for (const [signal, listener] of listeners) {
+        Deno.removeSignalListener(signal, listener);
+      }
+    },
+  };
+}
+
 /** Prints a line on stderr every few seconds while a long backup or restore runs. */
 export class Progress {
   #verb: string;

@@ -18,6 +18,7 @@ import {
   EXPORT_VERSION,
   fileProblem,
   LineWriter,
+  onInterruption,
   Progress,
   removeQuietly,
   splitPath,
@@ -178,22 +179,9 @@ async function writeExport(
   return summary;
 }
 
-/** Signals that end an export, with the exit code a shell gives them. */
-const INTERRUPTIONS: [Deno.Signal, number][] = [
-  ["SIGINT", 130],
-  ["SIGTERM", 143],
-  ["SIGHUP", 129],
-];
-
-/**
- * Until disposed, an interrupting signal removes `path` and ends the
- * process as the signal would have.
- */
+/** Until disposed, an interrupting signal removes `path` and exits as the signal would. */
 function removedOnSignal(path: string): Disposable {
-  const listeners = INTERRUPTIONS.map(([signal, code]): [
-    Deno.Signal,
-    () => void,
-  ] => [signal, () => {
+  return onInterruption((code) => {
     try {
       Deno.removeSync(path);
     } catch {
@@ -201,17 +189,7 @@ function removedOnSignal(path: string): Disposable {
     }
     console.error("Export interrupted; the unfinished file was removed");
     Deno.exit(code);
-  }]);
-  for (const [signal, listener] of listeners) {
-    Deno.addSignalListener(signal, listener);
-  }
-  return {
-    [Symbol.dispose]() {
-      for (const [signal, listener] of listeners) {
-        Deno.removeSignalListener(signal, listener);
-      }
-    },
-  };
+  });
 }
 
 async function publish(temp: string, file: string): Promise<void> {

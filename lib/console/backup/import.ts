@@ -21,6 +21,7 @@ import {
   fileProblem,
   IMPORT_VERSIONS,
   MAX_LINE_CHARS,
+  onInterruption,
   Progress,
   STDOUT,
 } from "./_shared.ts";
@@ -65,7 +66,14 @@ async function readImport(
   handle: { read(buffer: Uint8Array): Promise<number | null> },
   options: { actor: string },
 ): Promise<BackupSummary> {
-  const reader = new ExportReader(file, handle);
+  // A signal fails the import at its next read, and the store removes what
+  // a failed import wrote: only a kill leaves it for "keys import --abort".
+  // Only the first counts: Ctrl-C reaches the console from its launcher too.
+  const interrupt = new AbortController();
+  using _guard = onInterruption((code) =>
+    interrupt.abort(new Interrupted(code))
+  );
+  const reader = new ExportReader(file, handle, interrupt.signal);
   try {
     const counts = await store.importAll(reader.items(), options);
     return {
@@ -75,7 +83,21 @@ async function readImport(
       exportedAt: reader.exportedAt,
     };
   } catch (error) {
+    if (error instanceof Interrupted) {
+      console.error(
+        `Import interrupted; what it had written was removed and the store is empty again, as before it; run "keys import FILE" to import again`,
+      );
+      Deno.exit(error.exitCode);
+    }
     throw reader.locate(error);
+  }
+}
+
+/** A signal that ended the import, with the exit code the shell gives it. */
+class Interrupted extends Error {
+  override name = "Interrupted";
+  constructor(readonly exitCode: number) {
+    super("The import was interrupted");
   }
 }
 
@@ -85,14 +107,17 @@ class ExportReader {
   /** The line being handled; 0 before the first. */
   #line = 0;
   #done = false;
+  #signal: AbortSignal;
   exportedAt: string | null = null;
 
   constructor(
     file: string,
     handle: { read(buffer: Uint8Array): Promise<number | null> },
+    signal: AbortSignal,
   ) {
     this.#file = file;
     this.#handle = handle;
+    this.#signal = signal;
   }
 
   /**
@@ -212,13 +237,29 @@ class ExportReader {
     return value;
   }
 
+  /**
+   * The next chunk of the file, or the signal's reason as soon as it is
+   * aborted: a pipe may hold the read for ever.
+   */
+  #read(buffer: Uint8Array): Promise<number | null> {
+    const signal = this.#signal;
+    signal.throwIfAborted();
+    return new Promise((resolve, reject) => {
+      const stop = () => reject(signal.reason);
+      signal.addEventListener("abort", stop, { once: true });
+      this.#handle.read(buffer).then(resolve, reject).finally(() =>
+        signal.removeEventListener("abort", stop)
+      );
+    });
+  }
+
   /** The file's lines, without line ends; sets the current line number. */
   async *#lines(): AsyncGenerator<string> {
     const decoder = new TextDecoder("utf-8", { fatal: true });
     const buffer = new Uint8Array(64 * 1024);
     let rest = "";
     for (;;) {
-      const n = await this.#handle.read(buffer);
+      const n = await this.#read(buffer);
       let text: string;
       try {
         text = decoder.decode(n === null ? undefined : buffer.subarray(0, n), {
