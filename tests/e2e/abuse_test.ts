@@ -14,10 +14,11 @@ import {
   tempDir,
 } from "../support/processes.ts";
 import { check, rawStatus, request } from "../support/http.ts";
+import { sendAll, spreadAddress, statusFrom } from "../support/from_address.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
-Deno.test("a loop of wrong keys from one address is locked out with 429 while another address keeps getting 200", async () => {
+Deno.test("a loop of wrong keys from one address is locked out with 429, while its own valid key and another address keep getting 200", async () => {
   using dir = tempDir();
   // Dual-stack: ::1 and 127.0.0.1 are two real client addresses on one machine.
   await using server = await startServer(dir.path, { HOST: "::" });
@@ -30,10 +31,13 @@ Deno.test("a loop of wrong keys from one address is locked out with 429 while an
     statuses.push((await check(attacker, `isk_guess${i}`)).status);
   }
   assert.deepEqual(statuses, [...Array(10).fill(401), 429, 429]);
-  const locked = await check(attacker, key);
-  assert.equal(locked.status, 429, "a valid key is refused too while locked");
+  const locked = await check(attacker, "isk_guess12");
+  assert.equal(locked.status, 429);
   const wait = Number(locked.headers.get("retry-after"));
   assert.ok(wait > 290 && wait <= 300, `Retry-After ${wait}`);
+  // The lock answers only requests that fail anyway.
+  assert.equal((await check(attacker, key)).status, 200);
+  assert.equal((await check(attacker, "isk_guess13")).status, 429);
 
   const ok = await check(neighbour, key);
   assert.equal(ok.status, 200);
@@ -81,10 +85,14 @@ Deno.test("with TRUSTED_PROXIES set, a direct client rotating X-Forwarded-For is
     statuses.push(response.status);
   }
   assert.deepEqual(statuses, [401, 401, 401, 429, 429, 429]);
-  const victim = await request(`${server.url}${ROUTE}`, {
-    headers: { "X-API-Key": key, "X-Forwarded-For": "203.0.113.200" },
+  const forged = await request(`${server.url}${ROUTE}`, {
+    headers: { "X-API-Key": "wrong", "X-Forwarded-For": "203.0.113.200" },
   });
-  assert.equal(victim.status, 429, "the forged address did not help");
+  assert.equal(forged.status, 429, "the forged address did not help");
+  const valid = await request(`${server.url}${ROUTE}`, {
+    headers: { "X-API-Key": key, "X-Forwarded-For": "203.0.113.201" },
+  });
+  assert.equal(valid.status, 200, "a valid key is never locked out");
 });
 
 Deno.test("X-Forwarded-For is believed only from TRUSTED_PROXIES, so nobody can lock out someone else or dodge a lock by forging it", async () => {
@@ -102,7 +110,7 @@ Deno.test("X-Forwarded-For is believed only from TRUSTED_PROXIES, so nobody can 
     for (let i = 0; i < 3; i++) {
       await (await forge(`203.0.113.${i}`, "wrong")).body?.cancel();
     }
-    const after = await forge("198.51.100.1", key);
+    const after = await forge("198.51.100.1", "wrong");
     await after.body?.cancel();
     assert.equal(after.status, 429);
   }
@@ -118,14 +126,14 @@ Deno.test("X-Forwarded-For is believed only from TRUSTED_PROXIES, so nobody can 
     for (let i = 0; i < 3; i++) {
       await (await via("6.6.6.6, 203.0.113.7", "wrong")).body?.cancel();
     }
-    const attacker = await via("203.0.113.7", key);
+    const attacker = await via("203.0.113.7", "wrong");
     await attacker.body?.cancel();
     assert.equal(attacker.status, 429, "the proxy-reported client is locked");
-    const other = await via("203.0.113.7, 198.51.100.2", key);
+    const other = await via("203.0.113.7, 198.51.100.2", "wrong");
     await other.body?.cancel();
     assert.equal(
       other.status,
-      200,
+      401,
       "another client behind the same proxy is not",
     );
   }
@@ -647,7 +655,7 @@ Deno.test("the server logs one JSON line per request and never a key, the X-API-
     "a key in the path is refused",
   );
   for (let i = 0; i < 6; i++) await call(ROUTE, forged);
-  assert.equal(await call(ROUTE, valid.key), 429);
+  assert.equal(await call(ROUTE, forged), 429);
   assert.equal(await server.stop(), 0);
 
   const output = server.output();
@@ -743,15 +751,15 @@ Deno.test("TLS_CERT_FILE and TLS_KEY_FILE make the server speak HTTPS", async ()
   );
 });
 
-Deno.test("a locked-out client gets 429 wherever a key is checked, and the usual answer wherever none is (health, openapi.json, OPTIONS, 404, 405), as docs/operators.md says", async () => {
+Deno.test("a locked-out client gets 429 wherever a key fails, 200 for a valid key, and the usual answer wherever none is checked (health, openapi.json, OPTIONS, 404, 405), as docs/operators.md says", async () => {
   using dir = tempDir();
   await using server = await startServer(dir.path, {
     LOCKOUT_MAX_FAILURES: "2",
   });
   const { key } = await createKey(dir.path, "locked-out");
   for (let i = 0; i < 3; i++) await check(server.url, `isk_guess${i}`);
-  const locked = await check(server.url, key);
-  assert.equal(locked.status, 429, "the connection route, valid key or not");
+  assert.equal((await check(server.url, "isk_guess9")).status, 429);
+  assert.equal((await check(server.url, key)).status, 200, "a valid key");
   const url = await request(`${server.url}${ROUTE}?api_key=x`);
   await url.body?.cancel();
   assert.equal(url.status, 429, "a URL holding a credential");
@@ -768,4 +776,61 @@ Deno.test("a locked-out client gets 429 wherever a key is checked, and the usual
     await response.body?.cancel();
     assert.equal(response.status, status, `${init.method ?? "GET"} ${path}`);
   }
+});
+
+Deno.test("a flood of invented keys from 1 500 addresses, past every lock-out level, never refuses a valid key: established clients, newcomers, and newcomers inside the flooded networks all get 200", async () => {
+  using dir = tempDir();
+  const honest = await createKey(dir.path, "honest");
+  const attackers = await createKey(dir.path, "attackers-own");
+  // Budgets low enough for a short test to pass all three levels: 2 per
+  // address, 20 per network, 200 in total.
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "2",
+    LOCKOUT_SECONDS: "600",
+  });
+  const path = ROUTE;
+  const get = (from: string, key: string | null) =>
+    statusFrom(server.port, { from, path, key });
+  const established = (i: number) =>
+    spreadAddress(i, { first: 200, perNetwork: 50 });
+  const flooder = (i: number) =>
+    spreadAddress(i, { first: 10, perNetwork: 99 });
+
+  assert.deepEqual(
+    [...await sendAll(100, (i) => get(established(i), honest.key))],
+    [[200, 100]],
+  );
+  // The attacker's own valid key from fresh addresses, then the flood.
+  await sendAll(
+    300,
+    (i) => get(`127.150.${i >> 8}.${1 + (i & 255) % 250}`, attackers.key),
+  );
+  const flood = await sendAll(
+    1_500,
+    (i) => get(flooder(i), generateApiKey().key),
+  );
+  assert.ok((flood.get(429) ?? 0) > 0, "the flood met the lock-out");
+
+  const answers = {
+    established: await sendAll(100, (i) => get(established(i), honest.key)),
+    newcomers: await sendAll(
+      100,
+      (i) => get(spreadAddress(i, { first: 100, perNetwork: 50 }), honest.key),
+    ),
+    // Hosts 100 to 199 of the flooded /24s: their networks are locked.
+    neighbours: await sendAll(
+      100,
+      (i) => get(`127.10.${i % 15}.${100 + i}`, honest.key),
+    ),
+    // The flood's own addresses, holding a valid key now.
+    flooders: await sendAll(100, (i) => get(flooder(i), honest.key)),
+  };
+  for (const [who, statuses] of Object.entries(answers)) {
+    assert.deepEqual([...statuses], [[200, 100]], who);
+  }
+  // And they stay locked for what fails.
+  assert.deepEqual(
+    [...await sendAll(50, (i) => get(flooder(i), generateApiKey().key))],
+    [[429, 50]],
+  );
 });
