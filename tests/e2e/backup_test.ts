@@ -370,6 +370,8 @@ Deno.test("a large export streams back in across read and write batches", async 
     expiresAt: null,
     replacedBy: null,
     retires: null,
+    rotatedFrom: null,
+    rateCounter: null,
     rateLimit: null,
   };
   assert.deepEqual(
