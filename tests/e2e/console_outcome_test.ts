@@ -21,6 +21,7 @@ import {
 } from "../support/processes.ts";
 import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
 import { type RawEntries, rawEntries } from "../support/raw_entries.ts";
+import { until } from "../support/wait.ts";
 
 const LIMITED_CONSOLE =
   new URL("../support/console_with_limits.ts", import.meta.url).pathname;
@@ -34,7 +35,7 @@ interface RunningConsole {
   finished(): Promise<{ code: number; stdout: string; stderr: string }>;
 }
 
-/** The console with a PostgreSQL time limit of `args[0]` ms. */
+/** The console, giving up on a change after `args[0]` ms (and on nothing else). */
 function spawnConsole(
   args: string[],
   options: { cwd: string; env: Record<string, string> },
@@ -105,19 +106,6 @@ function watched(command: Deno.Command): RunningConsole {
   };
 }
 
-/** Resolves once `check` holds, polling the store; fails after `limitMs`. */
-async function eventually(
-  check: () => Promise<boolean>,
-  what: string,
-  limitMs = 30_000,
-): Promise<void> {
-  const until = performance.now() + limitMs;
-  while (!(await check())) {
-    assert.ok(performance.now() < until, `${what} did not happen`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 Deno.test({
   name:
     "PostgreSQL: a rotation stalled by a row lock and given up on says what the store holds, and the store still holds it once the lock is released",
@@ -153,7 +141,7 @@ Deno.test({
       assert.equal(result.code, 1, said);
       // Every connection of the console has ended: nothing of it can
       // commit any more.
-      await eventually(async () =>
+      await until(async () =>
         (await database.query(
           "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'integration-service'",
         )).length === 0, "the end of the console's connections");
@@ -316,7 +304,7 @@ for (const { label, postgres: onPostgres } of STORES) {
         assert.equal(answer.status, 200);
         await storeHolds(store, 1);
         signal(pid, "SIGSTOP");
-        await eventually(
+        await until(
           () => Promise.resolve(processState(pid) === "T"),
           "the server's stop",
         );
@@ -365,7 +353,7 @@ async function storeHolds(
   store: { registrations(): Promise<string[]> },
   count: number,
 ): Promise<void> {
-  await eventually(
+  await until(
     async () => (await store.registrations()).length === count,
     `${count} registrations`,
   );

@@ -174,9 +174,11 @@ export class Pool {
    * rotation stalled by row locks did so, then `close()` let it finish).
    *
    * Resolves when the transaction committed, however late; rejects with
-   * `change_cancelled` when it was cancelled and rolled back, and with
-   * `change_unconfirmed` only when its end cannot be known (the database
-   * stopped answering, or the connection broke after the commit was sent).
+   * `change_cancelled` when it was given up on before its commit was sent
+   * (rolled back, or bound to roll back however late its statement ends, as
+   * no commit follows), and with `change_unconfirmed` only when its end
+   * cannot be known (the database stopped answering, or the connection
+   * broke, after the commit was sent).
    */
   async transaction<T>(
     work: (tx: Tx) => Promise<T>,
@@ -198,6 +200,10 @@ export class Pool {
         },
       });
       const result = await work(guarded);
+      // The driver sends COMMIT once this resolves: never for a transaction
+      // given up on, whose statement may end only after the cancel's grace
+      // (a slow database), when the caller has said nothing was stored.
+      if (abandoned) throw new AbandonedError("transaction given up on");
       // From here on the driver sends COMMIT: a failure may follow a commit.
       workDone = true;
       return result;
@@ -212,6 +218,8 @@ export class Pool {
       }
     }
     abandoned = true;
+    // Whether COMMIT had been sent: if not, none ever is (above).
+    const committing = workDone;
     try {
       // The driver cancels through a connection of its own, so a full pool
       // or a lock wait does not hold the cancel up; not awaited, as a
@@ -220,6 +228,10 @@ export class Pool {
         .catch(() => {});
       return await bounded(pending, CANCEL_GRACE_MS);
     } catch (error) {
+      if (error instanceof DeadlineError && !committing) {
+        // Still running, but it can only roll back: nothing changed.
+        throw cancelled(error, timeoutMs);
+      }
       if (error instanceof DeadlineError) {
         throw new StoreUnavailableError(
           "change_unconfirmed",
@@ -234,11 +246,7 @@ export class Pool {
         outcome instanceof StoreUnavailableError &&
         outcome.code === "change_unconfirmed"
       ) throw outcome;
-      throw new StoreUnavailableError(
-        "change_cancelled",
-        `The key store did not finish the change within ${timeoutMs} ms, so it was cancelled and nothing changed; check that PostgreSQL is running and that no session sits idle in a transaction holding the store's commit lock (pg_stat_activity shows it), then try again`,
-        { cause: error, timeoutMs: timeoutMs ?? undefined },
-      );
+      throw cancelled(error, timeoutMs);
     }
   }
 
@@ -246,6 +254,18 @@ export class Pool {
   async end(seconds: number): Promise<void> {
     await this.sql.end({ timeout: seconds });
   }
+}
+
+/** A change given up on before its commit was sent: nothing changed. */
+function cancelled(
+  cause: unknown,
+  timeoutMs: number | null,
+): StoreUnavailableError {
+  return new StoreUnavailableError(
+    "change_cancelled",
+    `The key store did not finish the change within ${timeoutMs} ms, so it was cancelled and nothing changed; check that PostgreSQL is running and that no session sits idle in a transaction holding the store's commit lock (pg_stat_activity shows it), then try again`,
+    { cause, timeoutMs: timeoutMs ?? undefined },
+  );
 }
 
 /**
