@@ -56,6 +56,17 @@ export async function serve(): Promise<void> {
   // Before anything listens or opens: one line naming what is missing.
   requireGrants(serverGrants(config), refusal);
   const log = new JsonLog();
+  const stopping = stopSignal(() => {
+    log.write({ msg: "stopping" });
+    // The last resort: whatever hangs, a stop ends within bounded time.
+    const force = setTimeout(() => {
+      console.error(
+        "The stop took longer than 20 s; exiting without waiting further",
+      );
+      Deno.exit(1);
+    }, 20_000);
+    Deno.unrefTimer(force);
+  });
   const tls = config.tls && {
     cert: await Deno.readTextFile(config.tls.certFile),
     key: await Deno.readTextFile(config.tls.keyFile),
@@ -98,12 +109,6 @@ export async function serve(): Promise<void> {
     lease,
     peers,
   });
-  // Registered and holding a lease before the first request, if the store
-  // answers; if not, requests read the store until it does.
-  await lease.start();
-  // After the registration, so that this server counts itself from the
-  // first listing on.
-  await peers.start();
   const onListen = (addr: Deno.NetAddr | Deno.UnixAddr) => {
     if ("path" in addr) {
       log.write({ msg: "listening", address: `unix:${addr.path}` });
@@ -116,50 +121,58 @@ export async function serve(): Promise<void> {
     log.flush();
   };
   const onEvent = (event: Record<string, unknown>) => log.write(event);
-  // Behind nginx on a socket only it can open, Deno's own path (see
-  // lib/server/serve.ts); anywhere a port is exposed, the connection guard.
-  const server: GuardedServer = config.socketPath !== null
-    ? await serveOnSocket(handler, {
-      path: config.socketPath,
-      onListen,
-      onEvent,
-    })
-    : serveGuarded(handler, {
-      port: config.port,
+  if (config.socketPath === null && config.port !== 0) {
+    // A port in use fails the start here, before it registers: even a
+    // registration removed at once would change every share for a listing.
+    Deno.listen({
       hostname: config.hostname,
+      port: config.port,
       reusePort: config.reusePort,
-      tls,
-      limits: {
-        headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
-        idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
-        maxConnections: config.connections.maxConnections,
-      },
-      onListen,
-      onEvent,
-    });
-
-  const stop = () => {
-    log.write({ msg: "stopping" });
-    // The last resort: whatever hangs, a stop ends within bounded time.
-    const force = setTimeout(() => {
-      console.error(
-        "The stop took longer than 20 s; exiting without waiting further",
-      );
-      Deno.exit(1);
-    }, 20_000);
-    Deno.unrefTimer(force);
-    // shutdown() stops accepting, lets in-flight requests finish, then resolves `finished`.
-    server.shutdown();
-  };
-  Deno.addSignalListener("SIGTERM", stop);
-  Deno.addSignalListener("SIGINT", stop);
-  await server.finished;
-  Deno.removeSignalListener("SIGTERM", stop);
-  Deno.removeSignalListener("SIGINT", stop);
-  // Stops answering from memory, then deregisters: no change waits for a
-  // server that is gone.
-  await lease.stop();
-  await peers.stop();
+    }).close();
+  }
+  try {
+    // Registered and holding a lease before the first request, if the store
+    // answers; if not, requests read the store until it does.
+    if (!stopping.heard) await lease.start();
+    // After the registration, so that this server counts itself from the
+    // first listing on.
+    if (!stopping.heard) await peers.start();
+    // Behind nginx on a socket only it can open, Deno's own path (see
+    // lib/server/serve.ts); anywhere a port is exposed, the connection guard.
+    const server: GuardedServer | null = stopping.heard
+      ? null
+      : config.socketPath !== null
+      ? await serveOnSocket(handler, {
+        path: config.socketPath,
+        onListen,
+        onEvent,
+      })
+      : serveGuarded(handler, {
+        port: config.port,
+        hostname: config.hostname,
+        reusePort: config.reusePort,
+        tls,
+        limits: {
+          headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
+          idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
+          maxConnections: config.connections.maxConnections,
+        },
+        onListen,
+        onEvent,
+      });
+    if (server !== null) {
+      // shutdown() stops accepting, lets in-flight requests finish, then
+      // resolves `finished`.
+      await Promise.race([stopping, server.finished]);
+      await server.shutdown();
+    }
+  } finally {
+    // Stops answering from memory, then deregisters, however the run ended
+    // (a failed start too): no change waits for a server that is gone, and
+    // no share counts it.
+    await lease.stop();
+    await peers.stop();
+  }
   // A key marked exposed or found expired by the last requests is written
   // down before the store closes (each write is bounded by the store's own
   // time limits, and the whole stop by the 20 s above).
@@ -192,6 +205,29 @@ if (import.meta.main) {
     console.error(startFailure(error));
     Deno.exit(error instanceof StartArgumentsError ? error.exitCode : 1);
   }
+}
+
+/**
+ * Listens for SIGTERM and SIGINT for the rest of the process's life, so
+ * that no signal ever takes Deno's default action, which ends the process
+ * at once: `deno task` passes each signal on to its child, which the
+ * process group's signal has reached already (three arrive in a
+ * millisecond), and one landing after a listener was removed ended the
+ * process mid-stop, registered and with its log unwritten. The first calls
+ * `first` and settles the promise; the others change nothing.
+ */
+function stopSignal(first: () => void): Promise<void> & { heard: boolean } {
+  const { promise, resolve } = Promise.withResolvers<void>();
+  const stopping = Object.assign(promise, { heard: false });
+  const listener = () => {
+    if (stopping.heard) return;
+    stopping.heard = true;
+    first();
+    resolve();
+  };
+  Deno.addSignalListener("SIGTERM", listener);
+  Deno.addSignalListener("SIGINT", listener);
+  return stopping;
 }
 
 /** One line for the operator: what failed and what to do about it. */

@@ -5,11 +5,21 @@
  * write and the installation as a whole still keeps each key's limit
  * (docs/design.md, "Rate limits").
  *
+ * Only registrations that may hold a lease count. A lease rests on the read
+ * before the write of its registration's current version, and that write
+ * came before the listing that first showed the version: a version seen
+ * unchanged for longer than its lease holds none, whatever killed its
+ * server (a crash, a failed start, a signal). Such a registration is
+ * removed at that version, as a change's wait would (lib/store/acknowledged.ts),
+ * so that no change waits for it either; a server that renewed meanwhile
+ * keeps its registration.
+ *
  * @module
  */
 
 import type { RateLimit } from "./rate_limit.ts";
-import type { InstanceRegistry } from "../store/types.ts";
+import { LEASE_MARGIN_MS, leaseOf } from "../store/registrations.ts";
+import type { InstanceRecord, InstanceRegistry } from "../store/types.ts";
 
 /** How often the registrations are listed: one small read per server. */
 const PEERS_POLL_MS = 1000;
@@ -25,6 +35,8 @@ export interface PeersOptions {
    * where an operator (and a test) sees the shares move.
    */
   onChange?: (count: number) => void;
+  /** Monotonic milliseconds; `performance.now` unless set (tests). */
+  now?: () => number;
 }
 
 /**
@@ -46,24 +58,29 @@ export function shareOf(
 
 /** The live registrations as last listed, refreshed in the background. */
 export class Peers {
-  #store: Pick<InstanceRegistry, "instances">;
+  #store: Pick<InstanceRegistry, "instances" | "removeInstance">;
   #self: () => string | null;
   #pollMs: number;
   #onChange: ((count: number) => void) | undefined;
+  #now: () => number;
+  /** The registrations that count, this one's included when listed. */
   #ids: string[] = [];
+  /** When each registration was first listed at its current version. */
+  #seen = new Map<string, { version: string; since: number }>();
   #timer: ReturnType<typeof setTimeout> | undefined;
   #running = false;
   #refreshing: Promise<void> | null = null;
 
   /** Peers listed from `store`; nothing is read before {@linkcode start}. */
   constructor(
-    store: Pick<InstanceRegistry, "instances">,
+    store: Pick<InstanceRegistry, "instances" | "removeInstance">,
     options: PeersOptions,
   ) {
     this.#store = store;
     this.#self = options.self;
     this.#pollMs = options.pollMs ?? PEERS_POLL_MS;
     this.#onChange = options.onChange;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   /** How many servers share the limits: this one at least. */
@@ -110,9 +127,16 @@ export class Peers {
     this.#refreshing ??= (async () => {
       try {
         const listed = await this.#store.instances();
+        // After the read: a version listed now was written before this.
+        const now = this.#now();
         const before = this.count;
-        this.#ids = listed.map((instance) => instance.id).sort();
+        const lapsed = this.#judge(listed, now);
         if (this.count !== before) this.#onChange?.(this.count);
+        await Promise.all(
+          lapsed.map(({ id, version }) =>
+            this.#store.removeInstance(id, { version }).catch(() => {})
+          ),
+        );
       } catch {
         // Kept: the servers did not change because the store cannot answer.
       } finally {
@@ -125,5 +149,30 @@ export class Peers {
       }
     })();
     return this.#refreshing;
+  }
+
+  /** Takes in a listing made at `now`; returns the lapsed registrations. */
+  #judge(listed: InstanceRecord[], now: number): InstanceRecord[] {
+    const self = this.#self();
+    const seen = new Map<string, { version: string; since: number }>();
+    const ids: string[] = [];
+    const lapsed: InstanceRecord[] = [];
+    for (const instance of listed) {
+      const { id, version } = instance;
+      const before = this.#seen.get(id);
+      const since = before?.version === version ? before.since : now;
+      seen.set(id, { version, since });
+      if (id === self) ids.push(id);
+      else if (now - since > leaseOf(instance) + LEASE_MARGIN_MS) {
+        lapsed.push(instance);
+      } else if (!instance.broken && instance.acked >= 0n) {
+        // Renewed at least once: a start that failed right after
+        // registering never changes a share, even for one listing.
+        ids.push(id);
+      }
+    }
+    this.#seen = seen;
+    this.#ids = ids.sort();
+    return lapsed;
   }
 }

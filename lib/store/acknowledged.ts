@@ -11,7 +11,7 @@
  * @module
  */
 
-import { LEASE_MS } from "./registrations.ts";
+import { LEASE_MARGIN_MS, LEASE_MS, leaseOf } from "./registrations.ts";
 import { bounded } from "../util/bounded.ts";
 import type { AcknowledgeReport, Lapsed } from "./change.ts";
 import type { KeyService } from "./keys.ts";
@@ -22,12 +22,6 @@ export type Registry = Pick<
   KeyStore,
   "revision" | "instances" | "removeInstance"
 >;
-
-/**
- * Added to a lease before a change gives up on a server: monotonic clocks
- * of two processes agree on a duration within far less.
- */
-const LEASE_MARGIN_MS = 50;
 
 /**
  * How long the removals of lapsed registrations may take past the deadline:
@@ -221,18 +215,6 @@ export async function awaitAcknowledgement(
     ]);
     clearTimeout(timer);
   }
-}
-
-/**
- * The lease a registration claims, as far as it can be true: no server takes
- * one longer than LEASE_MS (lib/auth/lease.ts refuses it), so a longer or absurd
- * claim, from a buggy or hostile writer, cannot hold every change up.
- */
-function leaseOf(instance: InstanceRecord): number {
-  const claimed = instance.leaseMs;
-  return Number.isFinite(claimed) && claimed > 0
-    ? Math.min(claimed, LEASE_MS)
-    : LEASE_MS;
 }
 
 /**

@@ -18,6 +18,24 @@ import type { InstanceInfo, InstanceRecord } from "./types.ts";
  */
 export const LEASE_MS = 3000;
 
+/**
+ * Added to a lease before a registration seen unchanged counts as lapsed:
+ * monotonic clocks of two processes agree on a duration within far less.
+ */
+export const LEASE_MARGIN_MS = 50;
+
+/**
+ * The lease a registration claims, as far as it can be true: no server takes
+ * one longer than LEASE_MS (lib/auth/lease.ts refuses it), so a longer or
+ * absurd claim, from a buggy or hostile writer, cannot hold every change up.
+ */
+export function leaseOf(instance: Pick<InstanceRecord, "leaseMs">): number {
+  const claimed = instance.leaseMs;
+  return Number.isFinite(claimed) && claimed > 0
+    ? Math.min(claimed, LEASE_MS)
+    : LEASE_MS;
+}
+
 /** The longest host name a registration may carry (RFC 1035's 255). */
 const HOST_MAX = 255;
 
