@@ -113,6 +113,9 @@ Deno.test("X-Forwarded-For is believed only from TRUSTED_PROXIES, so nobody can 
     const after = await forge("198.51.100.1", "wrong");
     await after.body?.cancel();
     assert.equal(after.status, 429);
+    const served = await forge("198.51.100.1", key);
+    await served.body?.cancel();
+    assert.equal(served.status, 200, "its valid key is still served");
   }
   {
     await using server = await startServer(dir.path, {
