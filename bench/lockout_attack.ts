@@ -33,7 +33,7 @@ import {
   sendAll,
   spreadAddress,
   statusFrom,
-} from "../tests/support/from_address.ts";
+} from "../scripts/from_address.ts";
 import { measureFloods } from "./flood.ts";
 
 const ROUTE = "/api/v1/integration/connection";
