@@ -62,7 +62,7 @@ export interface ConsoleResult {
   imports: Map<number, number>;
 }
 
-/** An export of `size` valid keys, as `keys export` writes one (version 2). */
+/** An export of `size` valid keys, as `keys export` writes one. */
 async function writeExport(file: string, size: number): Promise<void> {
   const at = new Date(Date.now() - 86_400_000);
   const handle = await Deno.open(file, {
@@ -73,7 +73,7 @@ async function writeExport(file: string, size: number): Promise<void> {
   const encoder = new TextEncoder();
   let chunk: string[] = [JSON.stringify({
     format: "integration-service-keys",
-    version: 2,
+    version: 3,
     exportedAt: at.toISOString(),
     exportedBy: "bench",
   })];

@@ -27,6 +27,7 @@ function defectPhrase(error: ImportKeyError): string {
   const { limit, recordField } = error;
   const phrases: Record<ImportDefect, () => string> = {
     not_a_record: () => "no record",
+    field_missing: () => `no ${recordField}`,
     id_out_of_range: () =>
       `an id that is not a whole number from 1 to ${limit}`,
     id_repeated: () => "an id another key has",

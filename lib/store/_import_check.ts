@@ -16,6 +16,7 @@ import {
   AUDIT_ACTIONS,
   MAX_KEY_ID,
   nameKey,
+  newRecord,
   normalizeEmail,
 } from "./records.ts";
 import { storedRateLimit } from "./rate_limits.ts";
@@ -42,6 +43,10 @@ const DETAIL_MAX = IMPORT_REASON_MAX + 300;
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$/;
 const ACTIONS = new Set<string>(AUDIT_ACTIONS);
+/** Every field of a record: an export writes them all. */
+const RECORD_FIELDS = Object.keys(
+  newRecord(0, { name: "", email: "", hash: "", hint: "" }, new Date(0)),
+) as (keyof KeyRecord)[];
 
 function fail(
   id: unknown,
@@ -82,9 +87,10 @@ function nameOk(name: string): boolean {
 }
 
 /**
- * The rotation links are key ids or null (exports before version 2 have
- * none), and only as a rotation writes them: no key replaces or retires
- * itself, and a valid key in an overlap has the deadline that ends it.
+ * The rotation links are key ids or null, and only as a rotation writes
+ * them: no key replaces or retires itself, a replacement has a later id
+ * than the key it replaced (ids only grow), and a valid key in an overlap
+ * has the deadline that ends it.
  */
 function checkLinks(record: KeyRecord): void {
   for (
@@ -95,36 +101,37 @@ function checkLinks(record: KeyRecord): void {
       "rateCounter",
     ] as const
   ) {
-    const value = record[field] ?? null;
+    const value = record[field];
     if (
       value !== null &&
       !(Number.isInteger(value) && value >= 1 && value <= MAX_KEY_ID)
     ) {
       fail(record.id, "id_out_of_range", { limit: MAX_KEY_ID });
     }
-    // A key may count with itself (the first of its line), never replace itself.
-    if (value === record.id && field !== "rateCounter") {
+  }
+  for (const field of ["replacedBy", "retires"] as const) {
+    if (record[field] === record.id) {
       fail(record.id, "link_invalid", { recordField: field });
     }
   }
+  if (record.rotatedFrom !== null && record.rotatedFrom >= record.id) {
+    fail(record.id, "link_invalid", { recordField: "rotatedFrom" });
+  }
   if (
-    record.status === "valid" && (record.replacedBy ?? null) !== null &&
-    (record.expiresAt ?? null) === null
+    record.status === "valid" && record.replacedBy !== null &&
+    record.expiresAt === null
   ) {
     fail(record.id, "link_invalid", { recordField: "replacedBy" });
   }
 }
 
-/**
- * The usage fields of an imported record, checked and bounded; absent (a
- * version-1 export) they are anywhere, nothing seen, nothing refused.
- */
+/** The usage fields of an imported record, checked and bounded. */
 function importedUsage(
-  record: Partial<Pick<KeyRecord, "allowFrom" | "networks" | "refusedUses">>,
+  record: Pick<KeyRecord, "allowFrom" | "networks" | "refusedUses">,
   refuse: (recordField: string) => never,
 ): Pick<KeyRecord, "allowFrom" | "networks" | "refusedUses"> {
   let allowFrom: string[] | null = null;
-  if (record.allowFrom != null) {
+  if (record.allowFrom !== null) {
     if (
       !Array.isArray(record.allowFrom) ||
       !record.allowFrom.every((r) => typeof r === "string")
@@ -136,7 +143,7 @@ function importedUsage(
       throw error;
     }
   }
-  const networks = record.networks ?? [];
+  const networks = record.networks;
   if (
     !Array.isArray(networks) || networks.length > NETWORKS_KEPT ||
     !networks.every((n) =>
@@ -145,7 +152,7 @@ function importedUsage(
       isIso(n.firstSeenAt) && isIso(n.lastSeenAt)
     )
   ) refuse("networks");
-  const refused = record.refusedUses ?? [];
+  const refused = record.refusedUses;
   if (
     !Array.isArray(refused) || refused.length > REFUSED_KEPT ||
     !refused.every((u) =>
@@ -164,18 +171,14 @@ function importedUsage(
   };
 }
 
-/**
- * An imported key's rate limit: absent or null (exports before version 3)
- * is none; anything else must be a limit as a store keeps it.
- */
-function importedRateLimit(
-  record: Partial<Pick<KeyRecord, "rateLimit">>,
-  id: number,
-): RateLimit | null {
-  const value = record.rateLimit ?? null;
+/** An imported key's rate limit: null, or a limit as a store keeps it. */
+function importedRateLimit(record: KeyRecord): RateLimit | null {
+  const value = record.rateLimit;
   if (value === null) return null;
   const limit = storedRateLimit(value);
-  if (limit === null) fail(id, "usage_malformed", { recordField: "rateLimit" });
+  if (limit === null) {
+    fail(record.id, "usage_malformed", { recordField: "rateLimit" });
+  }
   return limit;
 }
 
@@ -190,6 +193,9 @@ export class ImportChecker {
   /** Each key's replacement, for the `retires` links checked at the end. */
   #replacedBy = new Map<number, number>();
   #retires: { id: number; retires: number }[] = [];
+  /** Each rotated key's predecessor, for the links checked at the end. */
+  #rotatedFrom = new Map<number, number>();
+  #counters: { id: number; counter: number }[] = [];
   /** The highest key id seen so far; 0 before any. */
   maxId = 0;
 
@@ -203,6 +209,9 @@ export class ImportChecker {
       fail(id, "id_out_of_range", { limit: MAX_KEY_ID });
     }
     if (this.#ids.has(id)) fail(id, "id_repeated");
+    for (const field of RECORD_FIELDS) {
+      if (!(field in record)) fail(id, "field_missing", { recordField: field });
+    }
     if (
       typeof record.hash !== "string" || !/^[0-9a-f]{64}$/.test(record.hash)
     ) {
@@ -215,7 +224,7 @@ export class ImportChecker {
     if (typeof record.name !== "string") fail(id, "name_missing");
     if (typeof record.email !== "string") fail(id, "email_missing");
     _field(id, () => normalizeEmail(record.email));
-    if (record.status === "valid" && (record.replacedBy ?? null) === null) {
+    if (record.status === "valid" && record.replacedBy === null) {
       const key = _field(id, () => nameKey(record.name));
       if (this.#names.has(key)) fail(id, "name_repeated");
       this.#names.add(key);
@@ -226,8 +235,7 @@ export class ImportChecker {
     ) {
       fail(id, "name_too_long", { limit: REVOKED_NAME_MAX });
     }
-    const hint = record.hint ?? "";
-    if (typeof hint !== "string" || hint.length > HINT_MAX) {
+    if (typeof record.hint !== "string" || record.hint.length > HINT_MAX) {
       fail(id, "hint_malformed", { limit: HINT_MAX });
     }
     if (!isIso(record.createdAt)) {
@@ -241,69 +249,72 @@ export class ImportChecker {
         "expiresAt",
       ] as const
     ) {
-      if (!isoOrNull(record[field] ?? null)) {
+      if (!isoOrNull(record[field])) {
         fail(id, "time_malformed", { recordField: field });
       }
     }
-    if (!textOrNull(record.revokedReason ?? null, IMPORT_REASON_MAX)) {
+    if (!textOrNull(record.revokedReason, IMPORT_REASON_MAX)) {
       fail(id, "text_too_long", {
         recordField: "revokedReason",
         limit: IMPORT_REASON_MAX,
       });
     }
-    if (!textOrNull(record.exposedFrom ?? null, EXPOSED_FROM_MAX)) {
+    if (!textOrNull(record.exposedFrom, EXPOSED_FROM_MAX)) {
       fail(id, "text_too_long", {
         recordField: "exposedFrom",
         limit: EXPOSED_FROM_MAX,
       });
     }
     checkLinks(record);
-    // Absent from a version-1 export: anywhere, nothing seen, nothing refused.
     const usage = importedUsage(
       record,
       (recordField) => fail(id, "usage_malformed", { recordField }),
     );
-    if ((record.replacedBy ?? null) !== null) {
-      this.#replacedBy.set(id, record.replacedBy!);
+    if (record.replacedBy !== null) this.#replacedBy.set(id, record.replacedBy);
+    if (record.retires !== null) {
+      this.#retires.push({ id, retires: record.retires });
     }
-    if ((record.retires ?? null) !== null) {
-      this.#retires.push({ id, retires: record.retires! });
+    if (record.rotatedFrom !== null) {
+      this.#rotatedFrom.set(id, record.rotatedFrom);
+    }
+    if (record.rateCounter !== null) {
+      this.#counters.push({ id, counter: record.rateCounter });
     }
     this.#ids.add(id);
     this.#hashes.add(record.hash);
     this.maxId = Math.max(this.maxId, id);
-    return {
-      id,
-      name: record.name,
-      email: record.email,
-      status: record.status,
-      hash: record.hash,
-      hint,
-      createdAt: record.createdAt,
-      revokedAt: record.revokedAt ?? null,
-      revokedReason: record.revokedReason ?? null,
-      exposedAt: record.exposedAt ?? null,
-      exposedFrom: record.exposedFrom ?? null,
-      lastUsedAt: record.lastUsedAt ?? null,
-      expiresAt: record.expiresAt ?? null,
-      replacedBy: record.replacedBy ?? null,
-      retires: record.retires ?? null,
-      rotatedFrom: record.rotatedFrom ?? null,
-      rateCounter: record.rateCounter ?? null,
-      rateLimit: importedRateLimit(record, id),
-      ...usage,
-    };
+    // Only the record's own fields: nothing else reaches the store.
+    const fields = Object.fromEntries(
+      RECORD_FIELDS.map((field) => [field, record[field]]),
+    ) as unknown as KeyRecord;
+    return { ...fields, rateLimit: importedRateLimit(record), ...usage };
   }
 
   /**
    * The checks that need every record, once the last is in: a key that
    * retires another at its first use must be that key's replacement, or
-   * its first use would revoke a key no rotation linked to it.
+   * its first use would revoke a key no rotation linked to it; a key was
+   * rotated from a key of the import; and a key shares the rate-limit
+   * count of a key of its own rotation line only, one it was rotated from
+   * however far back, or two unrelated keys would use up one limit.
    */
   finish(): void {
     for (const { id, retires } of this.#retires) {
       if (this.#replacedBy.get(retires) !== id) {
         fail(id, "link_invalid", { recordField: "retires" });
+      }
+    }
+    for (const [id, from] of this.#rotatedFrom) {
+      if (!this.#ids.has(from)) {
+        fail(id, "link_invalid", { recordField: "rotatedFrom" });
+      }
+    }
+    for (const { id, counter } of this.#counters) {
+      // Each link leads to a lower id (checkLinks), so the walk ends.
+      let at: number | undefined = id;
+      while (at !== undefined && at > counter) at = this.#rotatedFrom.get(at);
+      if (at !== counter) {
+        fail(id, "link_invalid", { recordField: "rateCounter" });
       }
     }
   }
@@ -316,7 +327,7 @@ export class ImportChecker {
       !Number.isInteger(entry.keyId) || entry.keyId < 0 ||
       entry.keyId > MAX_KEY_ID || typeof entry.actor !== "string" ||
       entry.actor.length > IMPORT_ACTOR_MAX ||
-      !textOrNull(entry.detail ?? null, DETAIL_MAX)
+      !textOrNull(entry.detail, DETAIL_MAX)
     ) {
       throw new ImportAuditError(JSON.stringify(entry).slice(0, 120));
     }
@@ -325,7 +336,7 @@ export class ImportChecker {
       action: entry.action,
       keyId: entry.keyId,
       actor: entry.actor,
-      detail: entry.detail ?? null,
+      detail: entry.detail,
     };
   }
 }

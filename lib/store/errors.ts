@@ -213,6 +213,8 @@ export class ImportStateError extends StoreInputError {
 /** What is wrong with one imported key record. */
 export type ImportDefect =
   | "not_a_record"
+  /** `recordField` is absent: an export writes every field of a record. */
+  | "field_missing"
   /** The id is not a whole number from 1 to `limit`. */
   | "id_out_of_range"
   | "id_repeated"
@@ -235,7 +237,7 @@ export type ImportDefect =
   | "text_too_long"
   /** `recordField` (allowFrom, rateLimit, networks, refusedUses) is not as an export writes it. */
   | "usage_malformed"
-  /** `recordField` (replacedBy, retires) links keys as no rotation does. */
+  /** `recordField` (a rotation link or rateCounter) links keys as no rotation does. */
   | "link_invalid";
 
 /** An imported key record is refused. */
@@ -244,7 +246,7 @@ export class ImportKeyError extends StoreInputError {
   /** The record's id as the import gave it, which may be anything. */
   readonly keyId: unknown;
   readonly defect: ImportDefect;
-  /** The record's field at fault, for `time_malformed` and `text_too_long`. */
+  /** The record's field at fault, for the defects about one field. */
   readonly recordField: string | undefined;
   /** The bound broken, for the defects that have one. */
   readonly limit: number | undefined;

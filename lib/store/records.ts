@@ -204,22 +204,6 @@ export const AUDIT_DETAIL = {
 };
 
 /**
- * A record read from a store that may predate the lifecycle fields: the
- * missing ones read as null.
- */
-export function withLifecycle(record: KeyRecord): KeyRecord {
-  return {
-    ...record,
-    expiresAt: record.expiresAt ?? null,
-    replacedBy: record.replacedBy ?? null,
-    retires: record.retires ?? null,
-    rotatedFrom: record.rotatedFrom ?? null,
-    rateCounter: record.rateCounter ?? null,
-    rateLimit: record.rateLimit ?? null,
-  };
-}
-
-/**
  * The old key of a rotation with an overlap: still valid, retiring at
  * `until` (or sooner, when its own lifetime ends first).
  */

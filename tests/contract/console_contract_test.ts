@@ -458,7 +458,7 @@ function exportFile(records: Record<string, unknown>[]): string {
   return [
     {
       format: "integration-service-keys",
-      version: 2,
+      version: 3,
       exportedAt: new Date().toISOString(),
     },
     ...records.map((record) => ({ type: "key", record })),

@@ -52,46 +52,6 @@ Deno.test("kv store: every change bumps the revision that caches watch", async (
   }
 });
 
-Deno.test("kv store: a store written before the due and overlap indexes builds them at its first housekeeping, once", async () => {
-  const dir = await Deno.makeTempDir();
-  try {
-    const path = `${dir}/keys.db`;
-    const store = await openKvStore(path);
-    const past = new Date(Date.now() - 60_000).toISOString();
-    const lapsed =
-      (await storeKey(store, "lapsed", { expiresAt: past })).record;
-    const old = await storeKey(store, "old");
-    const { created } = await store.rotate(
-      old.record.id,
-      { ...generateApiKey(), expiresAt: null },
-      {
-        actor: "tester",
-        overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
-      },
-    );
-    await store.close();
-    // As an older version left it: records, and no index.
-    const kv = await Deno.openKv(path);
-    for (const prefix of [["due"], ["replaced_by"], ["indexed"]]) {
-      for await (const entry of kv.list({ prefix })) await kv.delete(entry.key);
-    }
-    kv.close();
-    const reopened = await openKvStore(path);
-    try {
-      const due: number[] = [];
-      for await (const id of reopened.dueKeys(new Date())) due.push(id);
-      assert.deepEqual(due, [lapsed.id]);
-      const under: number[] = [];
-      for await (const r of reopened.predecessors(created.id)) under.push(r.id);
-      assert.deepEqual(under, [old.record.id]);
-    } finally {
-      await reopened.close();
-    }
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-});
-
 Deno.test("kv store: a change that finds nothing to do reports the revision its reads rest on, even when another process committed between them", async () => {
   const dir = await Deno.makeTempDir();
   try {

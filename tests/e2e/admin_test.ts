@@ -417,7 +417,7 @@ function exportFile(records: Record<string, unknown>[]): string {
   return [
     {
       format: "integration-service-keys",
-      version: 1,
+      version: 3,
       exportedAt: new Date().toISOString(),
     },
     ...records.map((record) => ({ type: "key", record })),

@@ -69,7 +69,7 @@ const SERVER_ENV = { LOCKOUT_MAX_FAILURES: "1000000" };
 
 const HEADER = JSON.stringify({
   format: "integration-service-keys",
-  version: 1,
+  version: 3,
   exportedAt: new Date().toISOString(),
 });
 

@@ -10,6 +10,7 @@ import { KeyLookup } from "../../lib/auth/key_lookup.ts";
 import { LastUsedRecorder } from "../../lib/usage/last_used.ts";
 import { keyLineAudit } from "../../lib/store/key_line.ts";
 import {
+  ImportKeyError,
   ImportStateError,
   KeyNotFoundError,
   StoreInputError,
@@ -827,10 +828,9 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     );
     await using older = await open();
     const { record } = importedKey(1);
-    const { rateLimit: _l, ...old } = record;
     await older.importAll(
       (async function* () {
-        yield { type: "key" as const, record: old as KeyRecord };
+        yield { type: "key" as const, record: { ...record, rateLimit: null } };
       })(),
       { actor: ACTOR },
     );
@@ -968,19 +968,33 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     );
   });
 
-  test("importAll() of a version-1 record (no usage fields) gives a key usable from anywhere with nothing seen", async (store) => {
+  test("importAll() refuses a record missing a field, naming it, and leaves the store empty", async (store) => {
     const { record } = importedKey(1);
-    const { allowFrom: _a, networks: _n, refusedUses: _r, ...old } = record;
-    await store.importAll(
-      (async function* () {
-        yield { type: "key" as const, record: old as KeyRecord };
-      })(),
-      { actor: ACTOR },
-    );
-    const imported = await store.get(1);
-    assert.equal(imported?.allowFrom, null);
-    assert.deepEqual(imported?.networks, []);
-    assert.deepEqual(imported?.refusedUses, []);
+    for (
+      const field of [
+        "expiresAt",
+        "rotatedFrom",
+        "rateCounter",
+        "allowFrom",
+        "rateLimit",
+        "networks",
+      ] as const
+    ) {
+      const { [field]: _gone, ...partial } = record;
+      await assert.rejects(
+        store.importAll(
+          (async function* () {
+            yield { type: "key" as const, record: partial as KeyRecord };
+          })(),
+          { actor: ACTOR },
+        ),
+        (e: Error) =>
+          e instanceof ImportKeyError && e.defect === "field_missing" &&
+          e.recordField === field,
+        field,
+      );
+      assert.deepEqual(await collect(store.exportAll()), [], field);
+    }
   });
 
   test("importAll() refuses a store that is not empty and changes nothing", async (store) => {
@@ -1423,24 +1437,76 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     assert.equal((await store.get(2))?.retires, 1);
   });
 
-  test("a record exported before lifetimes (version 1, without the fields) imports with them null", async (store) => {
-    const { record } = importedKey(1);
-    const {
-      expiresAt: _e,
-      replacedBy: _r,
-      retires: _t,
-      ...old
-    } = record;
-    await store.importAll(
+  test("importAll() takes the rate-limit counts a rotation line shares, and refuses a count or predecessor outside the line, leaving the store empty", async (store) => {
+    const a = await store.create(input("a"), { actor: ACTOR });
+    const other = await store.create(input("other"), { actor: ACTOR });
+    let last = a;
+    for (let i = 0; i < 3; i++) {
+      last = (await store.rotate(last.id, generateApiKey(), { actor: ACTOR }))
+        .created;
+    }
+    const items = await collect(store.exportAll());
+    const keys = items.flatMap((item) =>
+      item.type === "key" ? [item.record] : []
+    );
+    // a, other, then b, c and d rotated from a, b and c: two counts, a's and b's.
+    assert.deepEqual(keys.map(counterOf), [1, 2, 3, 1, 3]);
+    await using target = await open();
+    await target.importAll(
       (async function* () {
-        yield { type: "key", record: old as KeyRecord } as ExportItem;
+        yield* items;
       })(),
       { actor: ACTOR },
     );
-    const got = await store.get(1);
     assert.deepEqual(
-      [got?.expiresAt, got?.replacedBy, got?.retires],
-      [null, null, null],
+      (await collect(target.list({ includeRevoked: true }))).map(counterOf),
+      [1, 2, 3, 1, 3],
     );
+    const changed = (id: number, fields: Partial<KeyRecord>) =>
+      keys.map((k) => k.id === id ? { ...k, ...fields } : k);
+    const cases: [string, KeyRecord[], string][] = [
+      [
+        "a count shared with another line's key",
+        changed(5, {
+          rateCounter: other.id,
+        }),
+        "rateCounter",
+      ],
+      [
+        "a count shared with a later key of the line",
+        changed(4, {
+          rateCounter: 5,
+        }),
+        "rateCounter",
+      ],
+      [
+        "a predecessor missing from the import",
+        keys.filter((k) => k.id !== 4),
+        "rotatedFrom",
+      ],
+      [
+        "a predecessor with a later id",
+        changed(3, { rotatedFrom: 5 }),
+        "rotatedFrom",
+      ],
+    ];
+    await using empty = await open();
+    for (const [what, records, field] of cases) {
+      await assert.rejects(
+        empty.importAll(
+          (async function* () {
+            for (const record of records) {
+              yield { type: "key", record } as ExportItem;
+            }
+          })(),
+          { actor: ACTOR },
+        ),
+        (e: Error) =>
+          e instanceof ImportKeyError && e.defect === "link_invalid" &&
+          e.recordField === field,
+        what,
+      );
+      assert.deepEqual(await collect(empty.exportAll()), [], what);
+    }
   });
 }

@@ -1,5 +1,5 @@
 /**
- * What an export and an import share: the format's name and versions, the files' handling, progress and the summary.
+ * What an export and an import share: the format's name and version, the files' handling, progress and the summary.
  *
  * @module
  */
@@ -12,15 +12,11 @@ export const EXPORT_FORMAT = "integration-service-keys";
 /** FILE as stdout for an export, stdin for an import. */
 export const STDOUT = "-";
 /**
- * Version 2 added expiresAt, replacedBy and retires, and each key's
- * allowFrom, networks and refusedUses; a version-1 file still imports, its
- * keys without a lifetime, usable from anywhere, with nothing seen.
- * Version 3 added each key's rateLimit; a version-2 file imports its keys
- * without a limit.
+ * The export format of 1.0, the one version an import reads: versions 1
+ * and 2 were never released, and a later version that changes the format
+ * reads this one on.
  */
 export const EXPORT_VERSION = 3;
-/** The versions an import reads. */
-export const IMPORT_VERSIONS: readonly unknown[] = [1, 2, EXPORT_VERSION];
 /** No line of an export comes near this; a longer one is not an export. */
 export const MAX_LINE_CHARS = 1024 * 1024;
 export const PROGRESS_EVERY_MS = 2000;

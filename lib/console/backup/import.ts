@@ -18,8 +18,8 @@ import {
   BackupSummary,
   counted,
   EXPORT_FORMAT,
+  EXPORT_VERSION,
   fileProblem,
-  IMPORT_VERSIONS,
   MAX_LINE_CHARS,
   onInterruption,
   Progress,
@@ -211,13 +211,11 @@ class ExportReader {
         'give a file written by "keys export"',
       );
     }
-    if (!IMPORT_VERSIONS.includes(value.version)) {
+    if (value.version !== EXPORT_VERSION) {
       throw this.#problem(
         `says export version ${
           JSON.stringify(value.version)
-        }, and this console reads versions ${
-          IMPORT_VERSIONS.slice(0, -1).join(", ")
-        } and ${IMPORT_VERSIONS.at(-1)}`,
+        }, and this console reads version ${EXPORT_VERSION}`,
         "import it with the version of the service that exported it",
       );
     }

@@ -35,7 +35,6 @@ import {
   putRecord,
   refusedKey,
   REVISION,
-  storedRecord,
 } from "./_keys.ts";
 
 /**
@@ -108,8 +107,7 @@ class _Reads implements ChangeReads {
   }
 
   async get(id: number): Promise<KeyRecord | null> {
-    const entry = this.#checked(await this.#kv.get<KeyRecord>(keyById(id)));
-    return entry.value && storedRecord(entry.value);
+    return this.#checked(await this.#kv.get<KeyRecord>(keyById(id))).value;
   }
 
   async nameHolder(name: string): Promise<number | null> {

@@ -13,7 +13,6 @@
 
 import { publishedRevision, type StagedImport } from "../backend.ts";
 import { ImportStateError, StoreInputError } from "../errors.ts";
-import { withLifecycle } from "../records.ts";
 import type { AuditEntry, ChangeOptions, KeyRecord } from "../types.ts";
 import type { Atomic, Check, Entries, EntryKey, KeyPart } from "../entries.ts";
 import {
@@ -23,9 +22,9 @@ import {
   busy,
   counted,
   hintChange,
+  holdsName,
   IMPORT_REVISION,
   IMPORTING,
-  INDEXED,
   indexKeys,
   KEY_ID_COUNTER,
   keyByHash,
@@ -36,9 +35,10 @@ import {
   networksKey,
   refusedKey,
   REVISION,
+  storedRecord,
 } from "./_keys.ts";
 
-/** The value under `["importing"]`; older versions stored `true`. */
+/** The value under `["importing"]`. */
 interface ImportMarker {
   /** Unique per import or abort, so two can never mistake each other's marker. */
   token: string;
@@ -129,24 +129,6 @@ export async function discardIn(
   }
 }
 
-/**
- * Builds the due and replaced-by indexes of a store written before they
- * existed: one scan, once per store, then never again.
- */
-export async function ensureIndexed(kv: Entries): Promise<void> {
-  if ((await kv.get(INDEXED)).value !== null) return;
-  const batch = new _Batch(kv, await kv.get(IMPORTING));
-  for await (
-    const entry of kv.list<KeyRecord>({ prefix: ["keys"] }, { batchSize: 500 })
-  ) {
-    for (const key of indexKeys(withLifecycle(entry.value))) {
-      await batch.set(key, true);
-    }
-  }
-  await batch.set(INDEXED, true);
-  await batch.flush();
-}
-
 /** Sets revision, import revision and authentication revision alike. */
 function moveRevision(
   op: Atomic,
@@ -192,13 +174,13 @@ async function beginImport(
 
 /** Stages one imported record: its two copies, its indexes, name and usage. */
 async function stageRecord(batch: _Batch, record: KeyRecord): Promise<void> {
-  const stored = { ...record, lastUsedAt: null, networks: [], refusedUses: [] };
+  const stored = storedRecord(record);
   await batch.set(keyById(record.id), stored);
   await batch.set(keyByHash(record.hash), stored);
-  for (const key of indexKeys(withLifecycle(stored))) {
+  for (const key of indexKeys(stored)) {
     await batch.set(key, true);
   }
-  if (record.status === "valid" && record.replacedBy === null) {
+  if (holdsName(record)) {
     await batch.set(keyByName(record.name), record.id);
   }
   if (record.lastUsedAt) {
@@ -222,8 +204,6 @@ async function finishImport(
   const revision = publishedRevision(counted(current), counts.above);
   const op = moveRevision(kv.atomic().check(ours, current), revision)
     .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
-    // Every imported record wrote its index entries.
-    .set(INDEXED, true)
     .set(auditKey(revision), counts.line)
     .delete(IMPORTING);
   if (!(await op.commit()).ok) {

@@ -9,7 +9,7 @@
  * - `["revision"]` → KvU64, the sequence number of the last change: caches
  *   compare it, and every change checks it, so changes are totally ordered
  * - `["auth_revision"]` → KvU64, the revision of the last change that
- *   altered authentication (absent in a store from before it: the revision)
+ *   altered authentication
  * - `["audit", revision]` → AuditEntry, so the log lists in the order of changes
  * - `["last_used", id]` → ISO time, `["networks", id]` → NetworkUse[],
  *   `["refused", id]` → RefusedUse[]: written apart from the record, so that
@@ -19,15 +19,14 @@
  *   began or ended; `["importing"]` → ImportMarker while an import runs or
  *   after one was interrupted
  * - `["due", ms, id]`, `["replaced_by", replacement, id]`: the console's
- *   indexes of deadlines and overlaps; `["indexed"]` once they cover every key
+ *   indexes of deadlines and overlaps, written with every record
  * - `["instances", id]` → a server's registration
  *
  * @module
  */
 
 import { expiryMs } from "../expiry.ts";
-import { nameKey, withLifecycle } from "../records.ts";
-import { storedRateLimit } from "../rate_limits.ts";
+import { nameKey } from "../records.ts";
 import type { Atomic, Entries, Entry, EntryKey } from "../entries.ts";
 import { StoreUnavailableError } from "../errors.ts";
 import type { KeyRecord } from "../types.ts";
@@ -73,21 +72,13 @@ export function dueKey(ms: number, id: number): EntryKey {
 export function replacedByKey(replacement: number, id: number): EntryKey {
   return ["replaced_by", replacement, id];
 }
-export const INDEXED = ["indexed"] as const;
 
 /** Tries of one change before the store counts as busy. */
 export const MAX_TRIES = 60;
 
-/** A stored record with the fields an older version did not write. */
+/** A record as its copies are stored: last use and usage live under their own keys. */
 export function storedRecord(record: KeyRecord): KeyRecord {
-  return withLifecycle({
-    ...record,
-    allowFrom: record.allowFrom ?? null,
-    rateLimit: storedRateLimit(record.rateLimit),
-    lastUsedAt: null,
-    networks: [],
-    refusedUses: [],
-  });
+  return { ...record, lastUsedAt: null, networks: [], refusedUses: [] };
 }
 
 /** Whether a record holds its name: valid and not on its way out. */
@@ -97,7 +88,6 @@ export function holdsName(record: KeyRecord): boolean {
 
 /** Writes a record's two copies and the index entries it calls for. */
 export function putRecord(op: Atomic, record: KeyRecord): void {
-  // Last use and usage live under their own keys; the stored copies hold none.
   const stored = storedRecord(record);
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
   for (const key of indexKeys(stored)) op.set(key, true);

@@ -24,7 +24,7 @@ import type {
   RefusedUse,
 } from "../types.ts";
 import { changeIn } from "./_change.ts";
-import { discardIn, ensureIndexed, stageIn } from "./_import.ts";
+import { discardIn, stageIn } from "./_import.ts";
 import {
   auditKey,
   AUTH_REVISION,
@@ -41,7 +41,6 @@ import {
   networksKey,
   refusedKey,
   REVISION,
-  storedRecord,
 } from "./_keys.ts";
 
 /** The key service on `entries`, which it closes when closed. */
@@ -76,11 +75,8 @@ export class EntryBackend implements StoreBackend {
     >([REVISION, AUTH_REVISION, IMPORTING, keyByHash(hash)]);
     return {
       revision: counted(revision),
-      // A store from before the authentication revision: every change counts.
-      authRevision: auth.value === null ? counted(revision) : counted(auth),
-      record: marker.value === null && record.value !== null
-        ? storedRecord(record.value)
-        : null,
+      authRevision: counted(auth),
+      record: marker.value === null ? record.value : null,
     };
   }
 
@@ -95,7 +91,7 @@ export class EntryBackend implements StoreBackend {
       refusedKey(id),
     ]);
     if (marker.value !== null) throw new ImportStateError("import_unfinished");
-    return record.value && withUsage(storedRecord(record.value), {
+    return record.value && withUsage(record.value, {
       lastUsedAt: used.value,
       networks: networks.value ?? [],
       refused: refused.value ?? [],
@@ -130,7 +126,7 @@ export class EntryBackend implements StoreBackend {
         const [networks, refused] = await this.#kv.getMany<
           [NetworkUse[], RefusedUse[]]
         >([networksKey(id), refusedKey(id)]);
-        yield withUsage(storedRecord(entry.value), {
+        yield withUsage(entry.value, {
           lastUsedAt: !next.done && next.value.key[1] === id
             ? next.value.value
             : null,
@@ -143,7 +139,6 @@ export class EntryBackend implements StoreBackend {
 
   async *dueKeys(now: Date): AsyncIterable<number> {
     await this.#refuseWhileImporting();
-    await ensureIndexed(this.#kv);
     for await (
       const entry of this.#kv.list({
         start: ["due"],
@@ -153,7 +148,7 @@ export class EntryBackend implements StoreBackend {
       const id = entry.key[2] as number;
       const record = (await this.#kv.get<KeyRecord>(keyById(id))).value;
       const current = record !== null &&
-        indexKeys(storedRecord(record)).some((key) => sameKey(key, entry.key));
+        indexKeys(record).some((key) => sameKey(key, entry.key));
       if (current) {
         // The entry's time is the record's deadline, so it has passed.
         yield id;
@@ -166,7 +161,6 @@ export class EntryBackend implements StoreBackend {
 
   async *predecessors(id: number): AsyncIterable<KeyRecord> {
     await this.#refuseWhileImporting();
-    await ensureIndexed(this.#kv);
     for await (const entry of this.#kv.list({ prefix: ["replaced_by", id] })) {
       const record = await this.get(entry.key[2] as number);
       if (record?.status === "valid" && record.replacedBy === id) yield record;
