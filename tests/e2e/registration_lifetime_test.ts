@@ -101,6 +101,44 @@ function lastPeers(server: ServerProcess): number | null {
   return all.length === 0 ? null : Number(all.at(-1)![1]);
 }
 
+/**
+ * A key created at 10/min now, on a server that should count itself alone:
+ * the change waits for no server, and the key gets exactly 10 × 200, then
+ * 429, each answer stating the limit.
+ */
+async function limitGetsTen(
+  survivor: ServerProcess,
+  cwd: string,
+  env: Record<string, string>,
+): Promise<void> {
+  const created = await keys(cwd, [
+    "create",
+    "--name",
+    "limited",
+    "--email",
+    "ops@example.com",
+    "--rate",
+    "10/min",
+    "--json",
+  ], env);
+  assert.equal(created.code, 0, created.stderr);
+  assert.doesNotMatch(created.stderr, /Waiting|confirm/);
+  const { key } = JSON.parse(created.stdout);
+  const statuses: number[] = [];
+  for (let i = 0; i < 11; i++) {
+    const response = await fetch(survivor.url + ROUTE, {
+      headers: { "X-API-Key": key },
+    });
+    await response.body?.cancel();
+    statuses.push(response.status);
+    assert.equal(
+      response.headers.get("ratelimit-policy"),
+      `"key";q=10;w=60`,
+    );
+  }
+  assert.deepEqual(statuses, [...Array(10).fill(200), 429]);
+}
+
 async function survivesStops(options: {
   location: StoreLocation;
   env: Record<string, string>;
@@ -158,32 +196,7 @@ async function survivesStops(options: {
       "the surviving server to list itself alone",
     );
 
-    const created = await keys(cwd, [
-      "create",
-      "--name",
-      "limited",
-      "--email",
-      "ops@example.com",
-      "--rate",
-      "10/min",
-      "--json",
-    ], env);
-    assert.equal(created.code, 0, created.stderr);
-    assert.doesNotMatch(created.stderr, /Waiting|confirm/);
-    const { key } = JSON.parse(created.stdout);
-    const statuses: number[] = [];
-    for (let i = 0; i < 11; i++) {
-      const response = await fetch(survivor.url + ROUTE, {
-        headers: { "X-API-Key": key },
-      });
-      await response.body?.cancel();
-      statuses.push(response.status);
-      assert.equal(
-        response.headers.get("ratelimit-policy"),
-        `"key";q=10;w=60`,
-      );
-    }
-    assert.deepEqual(statuses, [...Array(10).fill(200), 429]);
+    await limitGetsTen(survivor, cwd, env);
   } finally {
     assert.equal(await survivor.stop(), 0, survivor.output());
   }
@@ -236,3 +249,41 @@ Deno.test({
     });
   },
 });
+
+for (const onPostgres of [false, true]) {
+  Deno.test({
+    name: `${
+      onPostgres ? "PostgreSQL" : "Deno KV"
+    }: a server killed outright stops counting, and is removed, once its lease has run out, with no change made meanwhile; the other server gives a 10/min key 10`,
+    ignore: onPostgres && NO_DATABASE,
+    async fn() {
+      using dir = tempDir();
+      await using database = onPostgres ? await freshDatabase() : null;
+      const path = `${dir.path}/store/keys.db`;
+      const location: StoreLocation = database === null
+        ? { kind: "kv", path }
+        : { kind: "postgres", url: database.url };
+      const env: Record<string, string> = database === null
+        ? { DENO_KV_PATH: path }
+        : { DATABASE_URL: database.url };
+      const survivor = await startServer(dir.path, env);
+      try {
+        const crashed = await startServer(dir.path, env);
+        await survivor.waitForOutput(/"msg":"peers","servers":2}/);
+        crashed.process.kill("SIGKILL");
+        await crashed.process.status;
+        await until(
+          () => lastPeers(survivor) === 1,
+          "the surviving server to stop counting the killed one",
+        );
+        await until(
+          async () => (await registrations(location)).length === 1,
+          "the killed server's registration to be removed",
+        );
+        await limitGetsTen(survivor, dir.path, env);
+      } finally {
+        assert.equal(await survivor.stop(), 0, survivor.output());
+      }
+    },
+  });
+}
