@@ -151,8 +151,7 @@ export function withUsage(
   return {
     ...record,
     // Never before the key's creation, which a server whose clock runs
-    // behind the console's, or an older version that rounded down to the
-    // minute, could have written.
+    // behind the console's could have written.
     lastUsedAt: usage.lastUsedAt !== null &&
         Date.parse(usage.lastUsedAt) < Date.parse(record.createdAt)
       ? record.createdAt

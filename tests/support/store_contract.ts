@@ -571,8 +571,8 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
 
   test("a last use written before the key's creation shows as its creation", async (store) => {
     const key = await store.create(input("early"), { actor: ACTOR });
-    // What the minute-rounding of older versions wrote for a key used in
-    // the minute it was made.
+    // What a server whose clock runs 30 s behind the console's writes for
+    // a key used as soon as it was made.
     const at = new Date(Date.parse(key.createdAt) - 30_000);
     await store.recordLastUsed([{ id: key.id, at }]);
     assert.equal((await store.get(key.id))?.lastUsedAt, key.createdAt);
