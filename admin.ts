@@ -27,7 +27,7 @@ import {
   acknowledged,
   WaitInterruptedError,
 } from "./lib/store/acknowledged.ts";
-import { describeSession, openStore, type OpenWait } from "./lib/store/open.ts";
+import { openStore } from "./lib/store/open.ts";
 import type { KeyService } from "./lib/store/keys.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
@@ -98,9 +98,7 @@ export async function main(
     requireGrants(consoleGrants(location, files), refusal);
     // Every change waits until each running server has dropped what it
     // replaced, or that server's lease has run out (lib/auth/lease.ts).
-    const open = options.open ??
-      ((at: StoreLocation) =>
-        openStore(at, { onWait: (wait) => report(describeOpenWait(wait)) }));
+    const open = options.open ?? openStore;
     store = acknowledged(await open(location), {
       signal: interrupt.signal,
       onCommitted: () => listen(true),
@@ -173,32 +171,6 @@ export async function main(
 function wantsJson(args: string[]): boolean {
   const ending = args.indexOf("--");
   return (ending === -1 ? args : args.slice(0, ending)).includes("--json");
-}
-
-/** The line an opening's wait prints, so that a pause on start is explained. */
-function describeOpenWait(wait: OpenWait): string {
-  if (wait.reason === "older_leases") {
-    return `Waiting ${
-      (wait.ms / 1000).toFixed(1)
-    } s before opening the key store: it was just upgraded, and servers of the older version may still answer from the keys they read before`;
-  }
-  if (wait.reason === "moving") {
-    const count = (n: number) => n.toLocaleString("en-US");
-    return `Moving the key store out of an older version's tables: ${
-      count(wait.moved)
-    } of ${
-      count(wait.total)
-    } rows; servers of this version accept no key until the move is done`;
-  }
-  const holder = wait.holder;
-  const who = holder ? `, ${describeSession(holder)},` : "";
-  const so = wait.waitedMs >= 1000
-    ? `, ${Math.round(wait.waitedMs / 1000)} s so far`
-    : "";
-  const fix = holder
-    ? `; if it has stopped, end its session with SELECT pg_terminate_backend(${holder.pid})`
-    : "";
-  return `Waiting for another process${who} to finish moving the key store out of an older version's tables${so}${fix}`;
 }
 
 function servers(count: number): string {

@@ -72,11 +72,7 @@ export async function serve(): Promise<void> {
     key: await Deno.readTextFile(config.tls.keyFile),
   };
   // Counted, so that what the traffic costs the store can be seen.
-  const opened = counted(
-    await openStore(config.store, {
-      onWait: (wait) => log.write({ msg: "store_open_wait", ...wait }),
-    }),
-  );
+  const opened = counted(await openStore(config.store));
   const lease = new Lease(opened.store, {
     log: (fields) => log.write(fields),
   });

@@ -121,7 +121,7 @@ export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
   "change_unconfirmed",
   "change_cancelled",
   "schema_too_new",
-  "legacy_conversion_failed",
+  "schema_unknown",
   "config_invalid",
   "permissions_missing",
   "permission_refused",

@@ -287,6 +287,14 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
       maxConnections: whole("MAX_CONNECTIONS"),
     },
   };
+  const { windowSeconds, lockSeconds } = config.lockout;
+  if (lockSeconds < windowSeconds) {
+    // A lock that ends inside the window lets the next failure through as
+    // one more 401 before it locks again: the bound per window would fall.
+    throw new ConfigError(
+      `LOCKOUT_SECONDS (${lockSeconds}) is shorter than LOCKOUT_WINDOW_SECONDS (${windowSeconds}), so each lock's end would let one more 401 through; set LOCKOUT_SECONDS to ${windowSeconds} or more`,
+    );
+  }
   if (config.socketPath !== null && config.tls !== null) {
     throw new ConfigError(
       "SOCKET_PATH and TLS_CERT_FILE are both set; behind nginx on a socket, nginx ends TLS: unset TLS_CERT_FILE and TLS_KEY_FILE",

@@ -331,11 +331,11 @@ export class StoreUnavailableError extends Error {
 }
 
 /** Every code of {@linkcode StoreOpenError}. */
-export type StoreOpenCode = "schema_too_new" | "legacy_conversion_failed";
+export type StoreOpenCode = "schema_too_new" | "schema_unknown";
 
 /**
  * A store that cannot be opened until its operator acts: a schema newer
- * than this code, or an older version's tables it cannot move. Its message
+ * than this code, or tables this code did not create. Its message
  * names the fix, as the server and the console both print it.
  */
 export class StoreOpenError extends Error {

@@ -73,7 +73,7 @@ Deno.test({
     await using database = await freshDatabase();
     await (await openPostgresStore(database.url)).close();
     await database.query(
-      `INSERT INTO schema_version (version) VALUES (${SCHEMA_VERSION + 1})`,
+      `INSERT INTO store_schema (version) VALUES (${SCHEMA_VERSION + 1})`,
     );
     for (
       const attempt of [
@@ -125,7 +125,7 @@ Deno.test({
       await store.close();
     }
     const versions = await database.query(
-      "SELECT version FROM schema_version ORDER BY version",
+      "SELECT version FROM store_schema ORDER BY version",
     );
     assert.deepEqual(
       versions.map((row) => row.version),

@@ -114,6 +114,12 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       { LOCKOUT_MAX_FAILURES: "0" },
       /^LOCKOUT_MAX_FAILURES must be a whole number from 1/,
     ],
+    // A lock ending inside the window would let one more 401 through at
+    // each end: 23 × 401 in 15 s at 10 a minute with 1 s locks.
+    [
+      { LOCKOUT_SECONDS: "1" },
+      /^LOCKOUT_SECONDS \(1\) is shorter than LOCKOUT_WINDOW_SECONDS \(60\), .*set LOCKOUT_SECONDS to 60 or more$/,
+    ],
     [
       { TRUST_PROXY_HOPS: "1" },
       /^TRUST_PROXY_HOPS is no longer read, .* TRUSTED_PROXIES=10\.0\.0\.5\/32$/,

@@ -124,9 +124,8 @@ Deno.test("no module under lib/ is longer than 450 lines", () => {
  * Each backend's adapter: the code that provides the seam's entries
  * (lib/store/entries.ts) on its database. The layout above the seam is
  * written once; an adapter that grew past this would be taking rules back
- * from it. PostgreSQL's pool and time limits (connection.ts), its schema's
- * history (schema.ts) and the one-time move of an older schema's tables
- * (_legacy.ts) are counted apart, in docs/design.md.
+ * from it. PostgreSQL's pool and time limits (connection.ts) and its
+ * schema (schema.ts) are counted apart, in docs/design.md.
  */
 const ADAPTERS = {
   "Deno KV": ["lib/store/kv.ts"],

@@ -1,9 +1,8 @@
 /**
  * Locks another session holds, named for the operator who must end it: a
- * lock wait that fails as itself before the statement's timeout, the
- * `store_busy` error naming who holds the tables waited for, and the
- * session holding an advisory lock. The upgrade (`schema.ts`) and the move
- * out of an older version's tables (`_legacy.ts`) both wait on them.
+ * lock wait that fails as itself before the statement's timeout, and the
+ * `store_busy` error naming who holds the tables an opening (`schema.ts`)
+ * waited for.
  *
  * @module
  */
@@ -12,7 +11,7 @@ import { StoreUnavailableError } from "../errors.ts";
 import type { Sql, Tx } from "./connection.ts";
 
 /** A database session, as an operator finds it in `pg_stat_activity`. */
-export interface DatabaseSession {
+interface DatabaseSession {
   /** Its backend's process id, as `pg_terminate_backend` takes it. */
   pid: number;
   /** The application name it connected with, when it gave one. */
@@ -22,7 +21,7 @@ export interface DatabaseSession {
 }
 
 /** A session in one phrase: `database session 4242 (psql) from 10.0.0.5`. */
-export function describeSession(session: DatabaseSession): string {
+function describeSession(session: DatabaseSession): string {
   return `database session ${session.pid}${
     session.application ? ` (${session.application})` : ""
   }${session.address ? ` from ${session.address}` : ""}`;
@@ -57,7 +56,7 @@ export function isHeldTable(error: unknown, queued = false): boolean {
  * The `store_busy` error for `tables` held past the lock timeout, naming
  * the sessions that hold them and wait for nothing themselves (one that
  * waits is held up by another, the one to end): a transaction left open in
- * psql, a console of an older version paused mid-change, a running pg_dump.
+ * psql, a console paused mid-change, a running pg_dump.
  */
 export async function tablesHeld(
   sql: Sql,
@@ -83,35 +82,10 @@ export async function tablesHeld(
     } kept its tables locked; ${end} or let it finish, then start again`
     : options.queued
     ? "another process upgrading it took longer than the statement timeout; start again once it has finished"
-    : "another session (a transaction left open in psql, a paused console of an older version, a running pg_dump) kept its tables locked; end it or let it finish, then start again";
+    : "another session (a transaction left open in psql, a paused console, a running pg_dump) kept its tables locked; end it or let it finish, then start again";
   return new StoreUnavailableError("store_busy", `${options.what}: ${why}`, {
     cause: options.cause,
   });
-}
-
-/**
- * The session of this database holding the advisory lock `name` (taken as
- * `pg_advisory_lock(hashtext(name))`); undefined when it is gone or not
- * visible to this role.
- */
-export async function advisoryHolder(
-  sql: Sql,
-  name: string,
-): Promise<DatabaseSession | undefined> {
-  // A lock on one bigint key shows its high half as classid, its low as
-  // objid; advisory locks are per database, pg_locks the whole cluster's.
-  const rows = await sql<SessionRow[]>`
-    SELECT a.pid, a.application_name AS application,
-      host(a.client_addr) AS address
-    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (
-        SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = ((hashtext(${name})::bigint >> 32)
-        & 4294967295)::bigint::oid
-      AND l.objid = (hashtext(${name})::bigint & 4294967295)::oid
-    LIMIT 1`.catch(() => []);
-  return rows.length === 0 ? undefined : toSession(rows[0]);
 }
 
 /** A session as `pg_stat_activity` gives it: empty and null for absent. */
