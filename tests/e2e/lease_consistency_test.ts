@@ -562,16 +562,27 @@ for (const { label, postgres } of STORES) {
             `1 server (did not confirm before its lease ran out|stopped, or lost its lease, before confirming) \\(pid ${pid}\\b`,
           ).test(text)
         );
-        assert.ok(waiting, revoke.stderr);
-        assert.ok(lapse, revoke.stderr);
+        // A console slow to start (a loaded machine) may commit after the
+        // live server has removed the frozen one's registration, once its
+        // lease ran out unrenewed (lib/auth/peers.ts): then nobody is owed
+        // a wait, and the timings below do not apply.
+        const removedFirst = waiting === undefined && lapse === undefined;
+        if (!removedFirst) {
+          assert.ok(waiting, revoke.stderr);
+          assert.ok(lapse, revoke.stderr);
+        }
         // From the audit line, taken before the commit, to the console's
         // report that the lease ran out.
-        const [waited] = await sinceCommit(dir.path, store.env, [{
-          action: "revoke",
-          keyId: target.id,
-          result: { ...revoke, returnedWall: lapse.wall },
-        }]);
-        const wait = lapse.at - waiting.at;
+        const [waited] = removedFirst ? [NaN] : await sinceCommit(
+          dir.path,
+          store.env,
+          [{
+            action: "revoke",
+            keyId: target.id,
+            result: { ...revoke, returnedWall: lapse!.wall },
+          }],
+        );
+        const wait = removedFirst ? NaN : lapse!.at - waiting!.at;
         // Right after the return, the live instance refuses, the other key works.
         const liveAfter = await call(live.url, target.key);
         assert.equal(liveAfter.status, 401);
@@ -598,6 +609,13 @@ for (const { label, postgres } of STORES) {
         );
         assert.equal(first.status, 401, "the resumed instance's first answer");
         assert.equal(afterwards.status, 200, "the resumed instance recovers");
+        if (removedFirst) {
+          assert.ok(
+            !revoke.stderr.includes(`pid ${pid}`),
+            `nobody to wait for, yet the console named pid ${pid}: ${revoke.stderr}`,
+          );
+          return;
+        }
         // It waited out the frozen instance's lease: the console reported
         // the lease's end no sooner than a lease after the commit.
         assert.ok(
