@@ -35,12 +35,23 @@
  * commands at 10 and 100,000 keys on both stores (bench/console.ts, its own
  * results file); `deno task bench console` runs only that part.
  *
+ * `deno task bench --short` (or BENCH_SHORT=1) is for seeing it work, in
+ * about a minute: one store of 10,000 keys, 32 connections, 2 s rows and the
+ * flood, without the rows behind nginx, the revocation latency or the
+ * console.
+ *
+ * The results are printed; a file is written only when asked, so that no
+ * run replaces the committed results by accident: BENCH_OUTPUT names the
+ * file for this table (bench/results.md for Deno KV, or
+ * bench/results_postgres.md on PostgreSQL, to update the committed ones),
+ * BENCH_CONSOLE_OUTPUT the console's (bench/results_console.md).
+ *
  * Environment: BENCH_SECONDS (5 per row), BENCH_SIZES ("1,10000,100000"),
  * BENCH_CONNECTIONS ("1,32,128"), BENCH_DATABASE_URL (unset: Deno KV),
- * BENCH_OUTPUT (bench/results.md, or bench/results_postgres.md on PostgreSQL),
- * BENCH_REVOCATIONS (40 revocations each way with both servers live; 0
- * skips the section), BENCH_REVOCATIONS_FROZEN (5 with one frozen),
- * BENCH_PROXY (0 skips the rows behind nginx).
+ * BENCH_OUTPUT (unset: printed only), BENCH_REVOCATIONS (40 revocations
+ * each way with both servers live; 0 skips the section),
+ * BENCH_REVOCATIONS_FROZEN (5 with one frozen), BENCH_PROXY (0 skips the
+ * rows behind nginx).
  *
  * @module
  */
@@ -75,28 +86,28 @@ import {
 import { measureConsole } from "./console.ts";
 import { type Proxy, proxyAvailable, startProxy } from "./proxy.ts";
 
-const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? 5);
-const SIZES = (Deno.env.get("BENCH_SIZES") ?? "1,10000,100000").split(",").map(
-  Number,
-);
-const CONNECTIONS = (Deno.env.get("BENCH_CONNECTIONS") ?? "1,32,128").split(",")
-  .map(Number);
+/** A run to see the bench work, not to measure for the record. */
+const SHORT = Deno.args.includes("--short") ||
+  Deno.env.get("BENCH_SHORT") === "1";
+const SECONDS = Number(Deno.env.get("BENCH_SECONDS") ?? (SHORT ? 2 : 5));
+const SIZES = (Deno.env.get("BENCH_SIZES") ??
+  (SHORT ? "10000" : "1,10000,100000")).split(",").map(Number);
+const CONNECTIONS = (Deno.env.get("BENCH_CONNECTIONS") ??
+  (SHORT ? "32" : "1,32,128")).split(",").map(Number);
 const DATABASE_URL = Deno.env.get("BENCH_DATABASE_URL") || undefined;
-const OUTPUT = Deno.env.get("BENCH_OUTPUT") ??
-  new URL(
-    DATABASE_URL === undefined ? "./results.md" : "./results_postgres.md",
-    import.meta.url,
-  ).pathname;
+/** Where the table is written; unset, it is printed only. */
+const OUTPUT = Deno.env.get("BENCH_OUTPUT") || undefined;
 const ROUTE = "/api/v1/integration/connection";
 /** Revocations timed each way with both servers live, and with one frozen. */
-const REVOCATIONS = Number(Deno.env.get("BENCH_REVOCATIONS") ?? 40);
+const REVOCATIONS = SHORT ? 0 : Number(Deno.env.get("BENCH_REVOCATIONS") ?? 40);
 const REVOCATIONS_FROZEN = Number(
   Deno.env.get("BENCH_REVOCATIONS_FROZEN") ?? 5,
 );
 
 const STORE: StoreKind = benchStoreKind(DATABASE_URL);
 /** The rows behind nginx (deploy/nginx.conf), unless BENCH_PROXY=0 or nginx is missing. */
-const PROXY = Deno.env.get("BENCH_PROXY") !== "0" && await proxyAvailable();
+const PROXY = !SHORT && Deno.env.get("BENCH_PROXY") !== "0" &&
+  await proxyAvailable();
 const BARE_PORT = 18901;
 /** The bare server's second listener, behind nginx as the service's socket is. */
 const BARE_SOCKET = `${
@@ -446,6 +457,12 @@ async function main(): Promise<number> {
       new Date().toISOString().slice(0, 10)
     }, ${await machine()}; wrk -t1, ${SECONDS} s per row after a warm-up run; server from the start task with the request log on and lock-out on; ${await STORE
       .describe()}. Rows (g) and (h) go through nginx with deploy/nginx.conf (TLS and HTTP/2 at nginx, wrk over HTTPS/1.1) to a Unix socket (bare Deno.serve on one, a second server from the start task with SOCKET_PATH on the other), and their "vs bare" is against (g).`,
+    ...(SHORT
+      ? [
+        "",
+        "A short run (--short): one store, one connection count, 2 s rows; the figures show that the bench works, not what the service does (run the whole bench on an idle machine for that).",
+      ]
+      : []),
     "",
     "| keys in store | scenario | connections | requests/s | vs bare | p50 ms | p99 ms | socket errors |",
     "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -478,9 +495,11 @@ async function main(): Promise<number> {
   ];
   const report = lines.join("\n") + "\n";
   console.log(report);
-  await Deno.writeTextFile(OUTPUT, report);
-  console.error(`Written to ${OUTPUT}`);
-  await measureConsole();
+  if (OUTPUT !== undefined) {
+    await Deno.writeTextFile(OUTPUT, report);
+    console.error(`Written to ${OUTPUT}`);
+  }
+  if (!SHORT) console.log((await measureConsole()).join("\n"));
   return 0;
 }
 
@@ -656,8 +675,21 @@ function targets(
 }
 
 if (import.meta.main && Deno.args[0] === "console") {
-  await measureConsole();
+  Deno.removeSync(BARE_SOCKET.slice(0, BARE_SOCKET.lastIndexOf("/")), {
+    recursive: true,
+  });
+  console.log((await measureConsole()).join("\n"));
   Deno.exit(0);
+}
+
+if (import.meta.main && Deno.args.some((arg) => arg !== "--short")) {
+  Deno.removeSync(BARE_SOCKET.slice(0, BARE_SOCKET.lastIndexOf("/")), {
+    recursive: true,
+  });
+  console.error(
+    "Usage: deno task bench [--short], or deno task bench console (see bench/bench.ts)",
+  );
+  Deno.exit(2);
 }
 
 if (import.meta.main) {

@@ -18,7 +18,8 @@
  * PostgreSQL server on 127.0.0.1 whose user may create databases; unset: a
  * throwaway cluster from scripts/postgres_test_server.sh when PostgreSQL is
  * installed, else PostgreSQL is left out and says so), BENCH_CONSOLE_OUTPUT
- * (bench/results_console.md).
+ * (unset: the table is printed only; bench/results_console.md updates the
+ * committed results).
  *
  * @module
  */
@@ -30,8 +31,8 @@ import { type BenchStore, kvKind, postgresKind } from "./stores.ts";
 const SIZES = (Deno.env.get("BENCH_CONSOLE_SIZES") ?? "10,100000").split(",")
   .map(Number);
 const RUNS = Number(Deno.env.get("BENCH_CONSOLE_RUNS") ?? 9);
-const OUTPUT = Deno.env.get("BENCH_CONSOLE_OUTPUT") ??
-  new URL("./results_console.md", import.meta.url).pathname;
+/** Where the table is written; unset, it is only returned to be printed. */
+const OUTPUT = Deno.env.get("BENCH_CONSOLE_OUTPUT") || undefined;
 /** The issue's bound on a command at the larger size against the smaller. */
 const TARGET_RATIO = 1.5;
 
@@ -354,7 +355,7 @@ async function postgresServer(): Promise<
   };
 }
 
-/** Measures both stores and writes the table; returns its lines. */
+/** Measures both stores; returns the table's lines, written to BENCH_CONSOLE_OUTPUT when it is set. */
 export async function measureConsole(): Promise<string[]> {
   if (RUNS < 1 || RUNS >= SIZES[0]) {
     throw new Error(
@@ -384,8 +385,10 @@ export async function measureConsole(): Promise<string[]> {
     date: new Date().toISOString().slice(0, 10),
     notes,
   });
-  await Deno.writeTextFile(OUTPUT, lines.join("\n") + "\n");
-  console.error(`Written to ${OUTPUT}`);
+  if (OUTPUT !== undefined) {
+    await Deno.writeTextFile(OUTPUT, lines.join("\n") + "\n");
+    console.error(`Written to ${OUTPUT}`);
+  }
   return lines;
 }
 
