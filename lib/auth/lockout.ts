@@ -24,10 +24,8 @@
  * of its cells and its lock the earliest end among them. Collisions only
  * add, so a count is never below the address's own failures and a lock
  * never ends early, whatever the number of addresses: the cost of a full
- * table is false lock-outs, never missed ones. Addresses that
- * authenticated and have not failed since are remembered exactly, apart,
- * and pass every lock, so honest integrators keep working when the tables
- * are saturated by an attack.
+ * table is false lock-outs, never missed ones. A valid key is never
+ * refused by a lock (lib/http/authenticate.ts says why).
  *
  * @module
  */
@@ -226,34 +224,6 @@ class LockSketch {
   }
 }
 
-/** A two-bucket sliding-window counter, for the one global count. */
-class Window {
-  start: number;
-  current = 0;
-  previous = 0;
-
-  constructor(now: number) {
-    this.start = now;
-  }
-
-  /** Counts one event; returns the estimated events in the last window. */
-  add(now: number, windowMs: number): number {
-    this.#roll(now, windowMs);
-    this.current++;
-    const overlap = 1 - (now - this.start) / windowMs;
-    return this.current + this.previous * overlap;
-  }
-
-  #roll(now: number, windowMs: number): void {
-    const windows = Math.floor((now - this.start) / windowMs);
-    if (windows > 0) {
-      this.previous = windows === 1 ? this.current : 0;
-      this.current = 0;
-      this.start += windows * windowMs;
-    }
-  }
-}
-
 /** Counts failed authentications and locks repeat offenders. */
 export class LockoutTracker {
   readonly maxFailures: number;
@@ -264,7 +234,8 @@ export class LockoutTracker {
   readonly #now: () => number;
   readonly #addresses: CountSketch;
   readonly #networks: CountSketch;
-  readonly #global: Window;
+  /** The one global count: a sketch of one cell per row. */
+  readonly #global: CountSketch;
   /** Address locks, by threshold or under a flood: one table, so neither can push the other out. */
   readonly #addressLocks: LockSketch;
   readonly #networkLocks: LockSketch;
@@ -282,7 +253,7 @@ export class LockoutTracker {
     this.#networks = new CountSketch(width, now);
     this.#addressLocks = new LockSketch(width);
     this.#networkLocks = new LockSketch(width);
-    this.#global = new Window(now);
+    this.#global = new CountSketch(1, now);
   }
 
   /** Seconds the client must still wait, or 0 when it may proceed. */
@@ -307,7 +278,7 @@ export class LockoutTracker {
     const now = this.#now();
     const window = this.#windowMs;
     const until = now + this.#lockMs;
-    const globalCount = this.#global.add(now, window);
+    const globalCount = this.#global.add("*", now, window);
     const network = networkKey(client);
     const networkCount = this.#networks.add(network, now, window);
     const count = this.#addresses.add(client, now, window);
