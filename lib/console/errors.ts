@@ -20,34 +20,38 @@ import {
 } from "../store/errors.ts";
 import { WaitInterruptedError } from "../store/acknowledged.ts";
 
+const USAGE_CODES = [
+  "unknown_command",
+  "unknown_option",
+  "option_repeated",
+  "option_value_missing",
+  "option_value_unexpected",
+  "option_required",
+  "options_conflict",
+  "argument_missing",
+  "argument_extra",
+  "invalid_value",
+  "key_argument",
+  "key_id_out_of_range",
+  "rate_syntax",
+  "rate_too_large",
+  "file_not_found",
+] as const;
 /** Why a command line is wrong: the code of a {@linkcode UsageError}. */
-export type UsageCode =
-  | "unknown_command"
-  | "unknown_option"
-  | "option_repeated"
-  | "option_value_missing"
-  | "option_value_unexpected"
-  | "option_required"
-  | "options_conflict"
-  | "argument_missing"
-  | "argument_extra"
-  | "invalid_value"
-  | "key_argument"
-  | "key_id_out_of_range"
-  | "rate_syntax"
-  | "rate_too_large"
-  | "file_not_found";
+export type UsageCode = typeof USAGE_CODES[number];
 
+const COMMAND_CODES = [
+  "command_failed",
+  "declined",
+  "key_revoked",
+  "key_not_delivered",
+  "stdout_discards",
+  "not_a_key",
+  "unknown_key_value",
+  "change_uncertain",
+] as const;
 /** Why a command could not be done: the code of a {@linkcode CommandError}. */
-export type CommandCode =
-  | "command_failed"
-  | "declined"
-  | "key_revoked"
-  | "key_not_delivered"
-  | "stdout_discards"
-  | "not_a_key"
-  | "unknown_key_value"
-  | "change_uncertain";
+export type CommandCode = typeof COMMAND_CODES[number];
 
 /**
  * Every code `--json` may print as `error.code`, documented in
@@ -69,38 +73,17 @@ export type ConsoleErrorCode =
 
 /** The same codes at run time, for tests and the docs' table. */
 export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
-  "unknown_command",
-  "unknown_option",
-  "option_repeated",
-  "option_value_missing",
-  "option_value_unexpected",
-  "option_required",
-  "options_conflict",
-  "argument_missing",
-  "argument_extra",
-  "invalid_value",
-  "key_argument",
-  "key_id_out_of_range",
+  ...USAGE_CODES,
+  ...COMMAND_CODES,
   "invalid_name",
   "invalid_email",
   "invalid_reason",
   "invalid_allowFrom",
   "invalid_rateLimit",
-  "rate_syntax",
-  "rate_too_large",
-  "file_not_found",
   "file_exists",
   "file_invalid",
   "file_refused",
   "export_changed",
-  "command_failed",
-  "declined",
-  "key_revoked",
-  "key_not_delivered",
-  "stdout_discards",
-  "not_a_key",
-  "unknown_key_value",
-  "change_uncertain",
   "key_not_found",
   "name_taken",
   "rotate_revoked",

@@ -231,26 +231,24 @@ export function permissionFlags(grants: Grant[]): string[] {
 }
 
 /** The grants this process does not hold. */
-export function missingGrants(grants: Grant[]): Grant[] {
+function missingGrants(grants: Grant[]): Grant[] {
   return grants.filter((grant) =>
-    Deno.permissions.querySync(descriptor(grant)).state !== "granted"
+    Deno.permissions.querySync(
+      {
+        name: grant.kind,
+        [DESCRIPTOR_FIELD[grant.kind]]: grant.value,
+      } as Deno.PermissionDescriptor,
+    ).state !== "granted"
   );
 }
 
-function descriptor(grant: Grant): Deno.PermissionDescriptor {
-  switch (grant.kind) {
-    case "net":
-      return { name: "net", host: grant.value };
-    case "read":
-      return { name: "read", path: grant.value };
-    case "write":
-      return { name: "write", path: grant.value };
-    case "env":
-      return { name: "env", variable: grant.value };
-    case "sys":
-      return { name: "sys", kind: grant.value as "hostname" };
-  }
-}
+const DESCRIPTOR_FIELD = {
+  net: "host",
+  read: "path",
+  write: "path",
+  env: "variable",
+  sys: "kind",
+} as const;
 
 /** A permission the configuration needs and the process lacks; its message is for the operator as is. */
 export class PermissionsMissingError extends Error {
