@@ -288,9 +288,8 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
     },
   };
   const { windowSeconds, lockSeconds } = config.lockout;
+  // A lock ending inside the window would let one more 401 through each time.
   if (lockSeconds < windowSeconds) {
-    // A lock that ends inside the window lets the next failure through as
-    // one more 401 before it locks again: the bound per window would fall.
     throw new ConfigError(
       `LOCKOUT_SECONDS (${lockSeconds}) is shorter than LOCKOUT_WINDOW_SECONDS (${windowSeconds}), so each lock's end would let one more 401 through; set LOCKOUT_SECONDS to ${windowSeconds} or more`,
     );
