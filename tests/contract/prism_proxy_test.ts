@@ -368,9 +368,11 @@ Deno.test({
         );
         assert.match(locked.headers.get("retry-after") ?? "", /^\d+$/);
         assert.equal(JSON.parse(locked.body).error, "locked_out");
-        // Locked, the address gets 429 for a valid key and for a key in a URL.
+        // Locked, the address gets 429 for a failing key and for a key in
+        // a URL, and 200 for a valid key: the lock answers only failures.
         for (const path of KEYED) {
-          await passes(prism, { method: "GET", path, key: valid.key }, 429);
+          await passes(prism, { method: "GET", path, key: UNKNOWN_KEY }, 429);
+          await passes(prism, { method: "GET", path, key: valid.key }, 200);
         }
         for (const path of PATHS) {
           for (const method of ["GET", "OPTIONS", "POST"]) {
