@@ -2,16 +2,19 @@
  * Per-key rate limits, enforced in memory by each server on its share of a
  * key's limit: no store read or write per request.
  *
- * A limit is "N requests per window W". Each server counts a key's accepted
- * requests in `SLOTS + 1` buckets of W / SLOTS each, and accepts a request
- * only while the buckets that overlap the last W, the current one included,
- * hold fewer than its share. Any interval of length W lies within
- * `SLOTS + 1` consecutive buckets, so no interval of length W ever sees more
- * than the share accepted on one server: the bound is exact, never an
- * estimate. The price is on the safe side: a client that spreads its calls
- * evenly gets at least SLOTS / (SLOTS + 1) of the rate it is allowed (about
- * 91% with 10 slots), and never more than all of it. Memory is
- * `SLOTS + 1` counters per key that called within its window.
+ * A limit is "N requests in any window of W". Each server keeps, per key, a
+ * log of the times of its accepted requests still in the last W, and
+ * accepts a request at t only while fewer than its share lie in (t − W, t].
+ * For a share up to 1024 (`EXACT_SHARE`) the log holds one time per
+ * request, so the decision is exact: a client within its share is never
+ * refused, one past it always is, and Retry-After and the reset are to the
+ * millisecond (rounded up to whole seconds), never more than W. A larger
+ * share is logged in groups of ⌈share / EXACT_SHARE⌉ requests, each at the
+ * time of its latest: only the oldest group can hold requests already out of
+ * the window, so the count is high by at most a group less one, under one
+ * request in EXACT_SHARE of the share, and never low. Memory is at most
+ * about EXACT_SHARE times per key that called within its window, within a
+ * budget in bytes for all keys.
  *
  * How the shares follow the servers, and the bound across an installation,
  * are in docs/design.md ("Rate limits").
@@ -44,11 +47,19 @@ export interface RateDecision {
 export interface RateLimiterOptions {
   /** Monotonic milliseconds; tests move it. */
   now?: () => number;
-  /** Buckets per window; more is closer to the full rate, and costs memory. */
-  slots?: number;
-  /** The most keys counted at once; idle ones go first. */
-  maxKeys?: number;
+  /** The largest share counted request by request (tests lower it). */
+  exactShare?: number;
+  /** Bytes all keys' logs may take; idle keys go first, then the least recent. */
+  maxBytes?: number;
 }
+
+/** The largest share a server counts exactly, one time per request. */
+const EXACT_SHARE = 1024;
+
+/** A key's bytes besides its entries: Map entry, object, arrays (measured: 550). */
+const KEY_BYTES = 600;
+/** An entry's bytes: its time and its count. */
+const ENTRY_BYTES = 12;
 
 /** The units a limit may be written in, in seconds. */
 const UNITS: Record<string, number> = {
@@ -129,33 +140,48 @@ export class RateSyntaxError extends Error {
 }
 
 interface Counter {
-  /** The window these counts were taken in: another carries their total over. */
+  /** The window of the last request: what counts as in it. */
   windowMs: number;
-  /** Index (time / slot length) of the newest bucket. */
-  newest: number;
-  /** Ring of counts, `slots + 1` long; bucket i lives at i % length. */
+  /**
+   * Ring of entries, oldest first from `head`, its length a power of two:
+   * the time of an entry's latest request, and how many it holds.
+   */
+  times: Float64Array;
   counts: Uint32Array;
-  /** Their sum. */
+  head: number;
+  length: number;
+  /** The entries' counts, summed. */
   total: number;
+  /** When the key last moved to the back of the eviction order. */
+  moved: number;
 }
+
+const NO_TIMES = new Float64Array(0);
+const NO_COUNTS = new Uint32Array(0);
 
 /** Counts requests per key and decides, in memory, whether one more fits. */
 export class RateLimiter {
   #now: () => number;
-  #slots: number;
-  #maxKeys: number;
+  #exactShare: number;
+  #maxBytes: number;
+  #bytes = 0;
   #counters = new Map<number, Counter>();
 
-  /** A limiter with its own clock, or performance.now(). */
+  /** A limiter with its own clock, or performance.now() (never going back). */
   constructor(options: RateLimiterOptions = {}) {
     this.#now = options.now ?? (() => performance.now());
-    this.#slots = options.slots ?? 10;
-    this.#maxKeys = options.maxKeys ?? 100_000;
+    this.#exactShare = options.exactShare ?? EXACT_SHARE;
+    this.#maxBytes = options.maxBytes ?? 64 * 1024 * 1024;
   }
 
   /** How many keys hold counts now. */
   get size(): number {
     return this.#counters.size;
+  }
+
+  /** The bytes the keys' counts are reckoned to take, within `maxBytes`. */
+  get bytes(): number {
+    return this.#bytes;
   }
 
   /**
@@ -171,125 +197,142 @@ export class RateLimiter {
   ): RateDecision {
     const now = this.#now();
     const windowMs = limit.windowSeconds * 1000;
-    const slotMs = windowMs / this.#slots;
-    const index = Math.floor(now / slotMs);
     let counter = this.#counters.get(keyId);
-    if (counter === undefined || counter.windowMs !== windowMs) {
-      // A new count keeps what was accepted: only the share is compared with
-      // it, so a changed count holds from the next request. A changed window
-      // cannot map the old buckets, so what they hold counts as accepted
-      // now: never fewer than were, which may refuse more for one window.
-      let carried = 0;
-      if (counter === undefined) {
-        this.#makeRoom(now);
-      } else {
-        this.#advance(
-          counter,
-          Math.floor(now / (counter.windowMs / this.#slots)),
-        );
-        carried = counter.total;
-      }
+    if (counter === undefined) {
+      this.#makeRoom(KEY_BYTES, now);
       counter = {
         windowMs,
-        newest: index,
-        counts: new Uint32Array(this.#slots + 1),
-        total: carried,
+        times: NO_TIMES,
+        counts: NO_COUNTS,
+        head: 0,
+        length: 0,
+        total: 0,
+        moved: now,
       };
-      counter.counts[index % counter.counts.length] = carried;
       this.#counters.set(keyId, counter);
-    } else if (index > counter.newest) {
-      // Recency order, kept per bucket rather than per request (a Map
-      // re-insertion on every request is most of what the limit costs): a
-      // key idle for longer moves to the front of eviction.
+      this.#bytes += KEY_BYTES;
+    } else if (now - counter.moved >= counter.windowMs / 10) {
+      // Recency order, kept to a tenth of the window rather than per request
+      // (a Map re-insertion on every request would be most of what the limit
+      // costs): a key idle for longer moves to the front of eviction.
       this.#counters.delete(keyId);
       this.#counters.set(keyId, counter);
+      counter.moved = now;
     }
-    this.#advance(counter, index);
+    // A changed window keeps the times, so what was accepted counts under the
+    // new one from when it was: a changed share or window only changes what
+    // is compared with them, from this request on.
+    counter.windowMs = windowMs;
+    const { times, counts } = counter;
+    const mask = times.length - 1;
+    while (
+      counter.length > 0 && times[counter.head] + windowMs <= now
+    ) {
+      counter.total -= counts[counter.head];
+      counter.head = (counter.head + 1) & mask;
+      counter.length--;
+    }
     const share = Math.max(0, Math.floor(options.share));
-    const scale = options.scale ?? 1;
     const ok = counter.total < share;
     if (ok) {
-      counter.counts[index % counter.counts.length]++;
-      counter.total++;
+      this.#count(keyId, counter, now, Math.ceil(share / this.#exactShare));
     }
-    const reset = this.#resetMs(counter, index, slotMs, now);
+    const scale = options.scale ?? 1;
     return {
       ok,
       remaining: Math.max(0, share - counter.total) * scale,
-      resetSeconds: Math.ceil(reset / 1000),
-      retryAfterSeconds: ok ? 0 : Math.max(
-        1,
-        Math.ceil(this.#freedMs(counter, index, slotMs, now, share) / 1000),
-      ),
+      resetSeconds: counter.length === 0
+        ? 0
+        : Math.ceil((counter.times[counter.head] + windowMs - now) / 1000),
+      retryAfterSeconds: ok
+        ? 0
+        : Math.max(1, Math.ceil(this.#freedMs(counter, now, share) / 1000)),
     };
   }
 
   /** Drops every count: for tests, and when the limits were reloaded wholesale. */
   clear(): void {
     this.#counters.clear();
+    this.#bytes = 0;
   }
 
-  /** Empties the buckets that have left the window by bucket `index`. */
-  #advance(counter: Counter, index: number): void {
-    const length = counter.counts.length;
-    if (index - counter.newest >= length) {
-      counter.counts.fill(0);
-      counter.total = 0;
-    } else {
-      for (let i = counter.newest + 1; i <= index; i++) {
-        counter.total -= counter.counts[i % length];
-        counter.counts[i % length] = 0;
-      }
+  /** Logs one accepted request, in the newest entry while it holds < `group`. */
+  #count(keyId: number, counter: Counter, now: number, group: number): void {
+    counter.total++;
+    let mask = counter.times.length - 1;
+    const newest = (counter.head + counter.length - 1) & mask;
+    if (counter.length > 0 && counter.counts[newest] < group) {
+      counter.counts[newest]++;
+      counter.times[newest] = now;
+      return;
     }
-    if (index > counter.newest) counter.newest = index;
-  }
-
-  /** Milliseconds until the oldest bucket holding a count leaves the window. */
-  #resetMs(
-    counter: Counter,
-    index: number,
-    slotMs: number,
-    now: number,
-  ): number {
-    const length = counter.counts.length;
-    for (let i = index - length + 1; i <= index; i++) {
-      if (counter.counts[((i % length) + length) % length] > 0) {
-        return (i + length) * slotMs - now;
-      }
+    if (counter.length === counter.times.length) {
+      this.#grow(keyId, counter, now);
+      mask = counter.times.length - 1;
     }
-    return 0;
+    const at = (counter.head + counter.length) & mask;
+    counter.times[at] = now;
+    counter.counts[at] = 1;
+    counter.length++;
   }
 
-  /** Milliseconds until enough old buckets leave for one request to fit. */
-  #freedMs(
-    counter: Counter,
-    index: number,
-    slotMs: number,
-    now: number,
-    share: number,
-  ): number {
-    if (share === 0) return counter.windowMs;
-    const length = counter.counts.length;
+  /** Doubles a full ring: a share larger than it had room for. */
+  #grow(keyId: number, counter: Counter, now: number): void {
+    const old = counter.times.length;
+    const size = Math.max(4, old * 2);
+    // Out of the table while room is made, so that it is not what goes.
+    this.#counters.delete(keyId);
+    this.#makeRoom((size - old) * ENTRY_BYTES, now);
+    this.#counters.set(keyId, counter);
+    counter.moved = now;
+    const times = new Float64Array(size);
+    const counts = new Uint32Array(size);
+    for (let i = 0; i < counter.length; i++) {
+      times[i] = counter.times[(counter.head + i) & (old - 1)];
+      counts[i] = counter.counts[(counter.head + i) & (old - 1)];
+    }
+    counter.times = times;
+    counter.counts = counts;
+    counter.head = 0;
+    this.#bytes += (size - old) * ENTRY_BYTES;
+  }
+
+  /** Milliseconds until enough old entries leave for one request to fit. */
+  #freedMs(counter: Counter, now: number, share: number): number {
+    const { times, counts, windowMs } = counter;
+    const mask = times.length - 1;
     let total = counter.total;
-    for (let i = index - length + 1; i <= index; i++) {
-      total -= counter.counts[((i % length) + length) % length];
-      if (total < share) return (i + length) * slotMs - now;
+    for (let i = 0; i < counter.length && share > 0; i++) {
+      const at = (counter.head + i) & mask;
+      total -= counts[at];
+      if (total < share) return times[at] + windowMs - now;
     }
-    return counter.windowMs;
+    return windowMs;
   }
 
-  /** Keeps the table bounded: idle keys first, then the least recent. */
-  #makeRoom(now: number): void {
-    if (this.#counters.size < this.#maxKeys) return;
+  /** Keeps the counts within budget: idle keys first, then the least recent. */
+  #makeRoom(bytes: number, now: number): void {
+    const fits = () => this.#bytes + bytes <= this.#maxBytes;
+    if (fits()) return;
     for (const [id, counter] of this.#counters) {
-      const slotMs = counter.windowMs / (counter.counts.length - 1);
-      if (Math.floor(now / slotMs) - counter.newest >= counter.counts.length) {
-        this.#counters.delete(id);
-      }
-      if (this.#counters.size < this.#maxKeys) return;
+      const newest = (counter.head + counter.length - 1) &
+        (counter.times.length - 1);
+      if (
+        counter.length === 0 ||
+        counter.times[newest] + counter.windowMs <= now
+      ) this.#drop(id, counter);
+      if (fits()) return;
     }
-    // All busy: the least recent goes, and may start afresh. Bounded memory
-    // wins over a key that has not called for the longest time.
-    this.#counters.delete(this.#counters.keys().next().value!);
+    // All busy: the least recent go, and may start afresh. Bounded memory
+    // wins over the keys that have not called for the longest time.
+    for (const [id, counter] of this.#counters) {
+      this.#drop(id, counter);
+      if (fits()) return;
+    }
+  }
+
+  #drop(id: number, counter: Counter): void {
+    this.#counters.delete(id);
+    this.#bytes -= KEY_BYTES + counter.times.length * ENTRY_BYTES;
   }
 }

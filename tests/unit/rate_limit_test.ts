@@ -3,6 +3,7 @@ import fc from "fast-check";
 import {
   formatRate,
   parseRate,
+  type RateDecision,
   RateLimiter,
   RateSyntaxError,
 } from "../../lib/auth/rate_limit.ts";
@@ -25,56 +26,140 @@ const schedule: fc.Arbitrary<Schedule> = fc.record({
   }),
 });
 
-function run(s: Schedule) {
+/** Requests with a share each: the servers came and went meanwhile. */
+const shifting = fc.record({
+  windowSeconds: fc.integer({ min: 1, max: 5 }),
+  steps: fc.array(
+    fc.record({
+      gap: fc.integer({ min: 0, max: 900 }),
+      share: fc.integer({ min: 0, max: 12 }),
+    }),
+    { minLength: 1, maxLength: 300 },
+  ),
+});
+
+function run(s: Schedule, limiter?: (now: () => number) => RateLimiter) {
   let now = 1_000_000;
-  const limiter = new RateLimiter({ now: () => now });
+  const clock = () => now;
+  const counter = limiter?.(clock) ?? new RateLimiter({ now: clock });
   const limit = { count: s.count, windowSeconds: s.windowSeconds };
   const answers: { at: number; ok: boolean; retryAfterSeconds: number }[] = [];
   for (const gap of s.gaps) {
     now += gap;
-    const d = limiter.take(7, limit, { share: s.share });
+    const d = counter.take(7, limit, { share: s.share });
     answers.push({ at: now, ok: d.ok, retryAfterSeconds: d.retryAfterSeconds });
   }
   return answers;
 }
 
-Deno.test("model: no interval of one window ever sees more accepted requests than the server's share", () => {
+/**
+ * The reference: an exact sliding log, what the limiter must decide for a
+ * share it counts request by request. A request at t is accepted iff fewer
+ * than the share were accepted in (t − W, t]; a refused one may come back
+ * when enough of those have left for one more to fit.
+ */
+function exactly(windowMs: number, steps: { at: number; share: number }[]) {
+  const accepted: number[] = [];
+  return steps.map(({ at, share }) => {
+    const inside = accepted.filter((a) => a > at - windowMs);
+    const ok = inside.length < share;
+    if (ok) accepted.push(at), inside.push(at);
+    return {
+      ok,
+      remaining: Math.max(0, share - inside.length),
+      resetSeconds: inside.length === 0
+        ? 0
+        : Math.ceil((inside[0] + windowMs - at) / 1000),
+      retryAfterSeconds: ok ? 0 : share === 0 ? windowMs / 1000 : Math.max(
+        1,
+        Math.ceil((inside[inside.length - share] + windowMs - at) / 1000),
+      ),
+    };
+  });
+}
+
+/** No interval [start, start + W) holds more than `share` of `accepted`. */
+function assertWithin(accepted: number[], windowMs: number, share: number) {
+  // The busiest interval starts at an accepted request.
+  for (const start of accepted) {
+    const inside = accepted.filter((t) => t >= start && t < start + windowMs);
+    assert.ok(
+      inside.length <= share,
+      `${inside.length} accepted in [${start}, ${
+        start + windowMs
+      }) with a share of ${share}`,
+    );
+  }
+}
+
+Deno.test("model: no interval of one window ever sees more accepted requests than the server's share, counted exactly or in groups", () => {
   fc.assert(
-    fc.property(schedule, (s) => {
-      const accepted = run(s).filter((a) => a.ok).map((a) => a.at);
-      const windowMs = s.windowSeconds * 1000;
-      // The busiest interval starts at an accepted request.
-      for (const start of accepted) {
-        const inside = accepted.filter((t) =>
-          t >= start && t < start + windowMs
-        );
-        assert.ok(
-          inside.length <= s.share,
-          `${inside.length} accepted in [${start}, ${
-            start + windowMs
-          }) with a share of ${s.share}`,
-        );
+    fc.property(schedule, fc.integer({ min: 1, max: 13 }), (s, exactShare) => {
+      for (
+        const made of [
+          undefined,
+          (now: () => number) => new RateLimiter({ now, exactShare }),
+        ]
+      ) {
+        const accepted = run(s, made).filter((a) => a.ok).map((a) => a.at);
+        assertWithin(accepted, s.windowSeconds * 1000, s.share);
       }
     }),
     { numRuns: 300 },
   );
 });
 
-Deno.test("model: a request is refused only when the share was used within one window and one slot before it", () => {
+Deno.test("model: up to 1024 a share is counted exactly: every answer, its remaining, reset and Retry-After are the exact sliding log's, however the share changes", () => {
   fc.assert(
-    fc.property(schedule, (s) => {
-      const answers = run(s);
+    fc.property(shifting, ({ windowSeconds, steps }) => {
+      let now = 1_000_000;
+      const limiter = new RateLimiter({ now: () => now });
+      const limit = { count: 12, windowSeconds };
+      const timed = steps.map(({ gap, share }) => ({ at: now += gap, share }));
+      now = 1_000_000;
+      const seen = steps.map(({ gap, share }) => {
+        now += gap;
+        return limiter.take(7, limit, { share });
+      });
+      assert.deepEqual(seen, exactly(windowSeconds * 1000, timed));
+    }),
+    { numRuns: 300 },
+  );
+});
+
+Deno.test("model: the exact count holds at the largest share it covers, 1024 requests, with no more than 1024 in any window", () => {
+  let now = 0;
+  const limiter = new RateLimiter({ now: () => now });
+  const limit = { count: 1024, windowSeconds: 1 };
+  const steps: { at: number; share: number }[] = [];
+  const seen: RateDecision[] = [];
+  // Bursts of 600 at once, then steps of a few ms: past the share and back.
+  for (let i = 0; i < 7_000; i++) {
+    now += i % 700 < 600 ? 0 : 3;
+    steps.push({ at: now, share: 1024 });
+    seen.push(limiter.take(1, limit, { share: 1024 }));
+  }
+  assert.deepEqual(seen, exactly(1000, steps));
+  assert.ok(seen.some((d) => !d.ok));
+  assertWithin(steps.filter((_, i) => seen[i].ok).map((s) => s.at), 1000, 1024);
+});
+
+Deno.test("model: a share counted in groups is refused only when the exact count in the window is within a group less one of it", () => {
+  fc.assert(
+    fc.property(schedule, fc.integer({ min: 1, max: 5 }), (s, exactShare) => {
+      const answers = run(s, (now) => new RateLimiter({ now, exactShare }));
       const windowMs = s.windowSeconds * 1000;
-      // The reference: what an exact sliding log would have to have seen.
-      const reach = windowMs + windowMs / 10;
+      const slack = Math.max(0, Math.ceil(s.share / exactShare) - 1);
       for (const answer of answers) {
         if (answer.ok) continue;
         const before = answers.filter((a) =>
-          a.ok && a.at <= answer.at && a.at > answer.at - reach
+          a.ok && a.at <= answer.at && a.at > answer.at - windowMs
         );
         assert.ok(
-          before.length >= s.share,
-          `refused at ${answer.at} with ${before.length} accepted in the ${reach} ms before, share ${s.share}`,
+          before.length >= s.share - slack,
+          `refused at ${answer.at} with ${before.length} accepted in the window, share ${s.share}, groups of ${
+            slack + 1
+          }`,
         );
       }
     }),
@@ -82,23 +167,36 @@ Deno.test("model: a request is refused only when the share was used within one w
   );
 });
 
-Deno.test("model: a refused client that waits Retry-After seconds is accepted, when nothing else came meanwhile", () => {
+Deno.test("model: a refused client that waits Retry-After seconds is accepted, when nothing else came meanwhile, counted exactly or in groups", () => {
   fc.assert(
-    fc.property(schedule, (s) => {
+    fc.property(schedule, fc.integer({ min: 1, max: 13 }), (s, exactShare) => {
       fc.pre(s.share > 0);
       let now = 1_000_000;
-      const limiter = new RateLimiter({ now: () => now });
+      const limiter = new RateLimiter({ now: () => now, exactShare });
       const limit = { count: s.count, windowSeconds: s.windowSeconds };
       for (const gap of s.gaps) {
         now += gap;
         const d = limiter.take(7, limit, { share: s.share });
         if (d.ok) continue;
+        assert.ok(d.retryAfterSeconds <= s.windowSeconds);
         now += d.retryAfterSeconds * 1000;
         assert.equal(limiter.take(7, limit, { share: s.share }).ok, true);
       }
     }),
     { numRuns: 300 },
   );
+});
+
+Deno.test("a client evenly at 95% of its limit is never refused: 10/10s at one request every 1.05 s gets 24 × 200", () => {
+  let now = 0;
+  const limiter = new RateLimiter({ now: () => now });
+  const limit = { count: 10, windowSeconds: 10 };
+  const statuses: number[] = [];
+  for (let i = 0; i < 24; i++) {
+    now = i * 1050;
+    statuses.push(limiter.take(1, limit, { share: 10 }).ok ? 200 : 429);
+  }
+  assert.deepEqual(statuses, Array(24).fill(200));
 });
 
 Deno.test("keys are limited apart: one key at its limit leaves another untouched", () => {
@@ -122,7 +220,7 @@ Deno.test("the headers' numbers: remaining scaled to the installation, reset whe
   assert.deepEqual(first, {
     ok: true,
     remaining: 8,
-    resetSeconds: 11,
+    resetSeconds: 10,
     retryAfterSeconds: 0,
   });
   now = 4_500;
@@ -130,19 +228,32 @@ Deno.test("the headers' numbers: remaining scaled to the installation, reset whe
   const refused = limiter.take(1, limit, { share: 5, scale: 2 });
   assert.equal(refused.ok, false);
   assert.equal(refused.remaining, 0);
-  // The first request's bucket leaves the window at 11 s.
-  assert.equal(refused.retryAfterSeconds, 7);
+  // The first request leaves the window at 10 s, 5.5 s from now.
+  assert.equal(refused.retryAfterSeconds, 6);
+  assert.equal(refused.resetSeconds, 6);
 });
 
-Deno.test("memory stays bounded whatever the number of keys that call", () => {
+Deno.test("memory stays within its budget in bytes whatever the number of keys that call and the shares they use, idle keys going first", () => {
   let now = 0;
-  const limiter = new RateLimiter({ now: () => now, maxKeys: 1000 });
-  const limit = { count: 5, windowSeconds: 60 };
-  for (let id = 1; id <= 50_000; id++) {
-    now += 1;
-    limiter.take(id, limit, { share: 5 });
-    assert.ok(limiter.size <= 1000);
+  const limiter = new RateLimiter({ now: () => now, maxBytes: 200_000 });
+  // A busy key, under a minute's limit it uses up, with a log of 1024 times
+  // (about 12 kB); thousands of others calling once a second at most.
+  const busy = { count: 1024, windowSeconds: 60 };
+  const other = { count: 1024, windowSeconds: 1 };
+  const accepted: number[] = [];
+  for (let id = 2; id <= 30_000; id++) {
+    now += 10;
+    if (limiter.take(1, busy, { share: 1024 }).ok) accepted.push(now);
+    // Now and then another key uses all of its share, growing its log.
+    const calls = id % 3000 === 0 ? 1024 : 1;
+    for (let i = 0; i < calls; i++) limiter.take(id, other, { share: 1024 });
+    assert.ok(limiter.bytes <= 200_000, `${limiter.bytes} bytes`);
   }
+  assert.ok(limiter.size > 100);
+  // The idle keys went, not the busy one: had its count been dropped, it
+  // would have been accepted afresh within a minute.
+  assert.ok(accepted.length > 1024);
+  assertWithin(accepted, 60_000, 1024);
 });
 
 Deno.test("parseRate reads counts per second, minute, hour and day (of one unit or several), none as no limit, reads back whatever formatRate writes, and refuses anything else", () => {
@@ -197,7 +308,7 @@ Deno.test("a key's limit changed mid-window keeps what it accepted: tightened, i
   assert.ok(limiter.take(1, wider, { share: 102 }).ok);
   assert.ok(limiter.take(1, wider, { share: 102 }).ok);
   assert.equal(limiter.take(1, wider, { share: 102 }).ok, false);
-  // Another window cannot map the buckets: what they hold counts as now.
+  // Another window keeps the times: what was accepted still counts.
   const hourly = { count: 103, windowSeconds: 3600 };
   assert.ok(limiter.take(1, hourly, { share: 103 }).ok);
   assert.equal(limiter.take(1, hourly, { share: 103 }).ok, false);
