@@ -4,8 +4,9 @@ import { NO_WAIT } from "../../lib/store/change.ts";
 import { retireKey } from "../../lib/store/changes.ts";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import assert from "node:assert/strict";
-import { KvEntries, type KvKeyStore, openKvStore } from "../../lib/store/kv.ts";
+import { KvEntries, openKvStore } from "../../lib/store/kv.ts";
 import { leaseContract } from "../support/lease_contract.ts";
+import { sharedKvFile } from "../support/kv_shared.ts";
 import { storeContract } from "../support/store_contract.ts";
 import { storeKey } from "../support/stored_keys.ts";
 
@@ -14,22 +15,8 @@ storeContract("kv store", async () => {
   return Object.assign(store, { [Symbol.asyncDispose]: () => store.close() });
 });
 
-// One KV file opened by each "server" separately, as processes do.
-leaseContract("kv store", async () => {
-  const dir = await Deno.makeTempDir();
-  const opened: KvKeyStore[] = [];
-  return {
-    async open() {
-      const store = await openKvStore(`${dir}/keys.db`);
-      opened.push(store);
-      return store;
-    },
-    async [Symbol.asyncDispose]() {
-      for (const store of opened) await store.close().catch(() => {});
-      await Deno.remove(dir, { recursive: true });
-    },
-  };
-});
+// The tests that wait out a whole lease are in kv_lease_waits_test.ts.
+leaseContract("kv store", sharedKvFile, "quick");
 
 Deno.test("kv store: every change bumps the revision that caches watch", async () => {
   const dir = await Deno.makeTempDir();
