@@ -2,7 +2,8 @@
  * Serves HTTP/1.1 and HTTP/2 (over TLS too) with the connection controls
  * `Deno.serve` lacks: survived accept errors, a deadline for the first
  * request head, an idle timeout for keep-alive connections, a connection cap
- * that sheds idle connections first, and a bound on request bodies nobody reads.
+ * shared fairly between client addresses, and a bound on request bodies
+ * nobody reads.
  *
  * Why not `Deno.serve`: in Deno 2.9 its accept loop (`op_http_serve` in
  * ext/http/http_next.rs) ends the server on the first accept error, so
@@ -23,13 +24,15 @@
  * @module
  */
 
+import { FairSlots, type Slot, slotAddress } from "./fair_slots.ts";
+
 /** The limits applied to every connection. */
 export interface ConnectionLimits {
   /** A new connection must deliver its first complete request head within this. */
   headerTimeoutMs: number;
   /** A connection with no request in progress is closed after this. */
   idleTimeoutMs: number;
-  /** Open connections; at the cap the longest-idle one is closed for a new one. */
+  /** Open connections; at the cap the busiest client address gives one up. */
   maxConnections: number;
   /**
    * After responding to a request that announced a body nobody reads, the
@@ -133,10 +136,14 @@ class _Connection {
   closed = false;
   /** Deno's server for this one connection, once it runs. */
   server?: { shutdown(): Promise<void> };
+  slot?: Slot<_Connection>;
 
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    // Released now, not when Deno reports it gone, so the next newcomer at
+    // the cap closes another connection rather than this one again.
+    this.slot?.release();
     abortConnection(this.abort);
   }
 }
@@ -180,8 +187,8 @@ function _installCloseGuard(): void {
  * Listens and serves `handler` under {@linkcode ConnectionLimits}.
  *
  * The server never stops on its own: an accept error (EMFILE, ENFILE,
- * ENOBUFS, ...) closes the longest-idle connections and retries after a short
- * pause that grows while errors repeat.
+ * ENOBUFS, ...) closes idle connections, heaviest address first, and
+ * retries after a short pause that grows while errors repeat.
  */
 export function serveGuarded(
   handler: ServeHandler,
@@ -205,6 +212,7 @@ export function serveGuarded(
     });
   const addr = listener.addr as Deno.NetAddr;
   const connections = new Set<_Connection>();
+  const slots = new FairSlots<_Connection>();
   const finishing = new Set<Promise<void>>();
   const report = rateLimitedEvents(options.onEvent);
   let stopping = false;
@@ -218,24 +226,9 @@ export function serveGuarded(
     return new Response(null, { status: 500 });
   };
 
-  /** Closes up to `count` connections with no request in progress, longest quiet first. */
-  const shedIdle = (count: number): number => {
-    let closed = 0;
-    while (closed < count) {
-      let oldest: _Connection | undefined;
-      for (const connection of connections) {
-        if (connection.inFlight > 0 || connection.closed) continue;
-        if (!oldest || connection.quietSince < oldest.quietSince) {
-          oldest = connection;
-        }
-      }
-      if (!oldest) break;
-      // It leaves the set when Deno reports it closed, so the cap counts it until then.
-      oldest.close();
-      closed++;
-    }
-    shed += closed;
-    return closed;
+  /** Closes up to `count` connections with no request in progress, heaviest address first. */
+  const shedIdle = (count: number) => {
+    for (let idle; count-- > 0 && (idle = slots.idlest()); shed++) idle.close();
   };
 
   const sweep = () => {
@@ -260,11 +253,12 @@ export function serveGuarded(
   );
   const sweeper = setInterval(sweep, tickMs);
 
-  const serveConnection = (conn: Deno.Conn) => {
+  const serveConnection = (conn: Deno.Conn, address: string) => {
     const connection = new _Connection();
     connections.add(connection);
+    connection.slot = slots.add(address, connection);
     const wrapped: ServeHandler = (request, info) => {
-      connection.inFlight++;
+      if (connection.inFlight++ === 0) connection.slot?.busy(true);
       connection.requests++;
       // Deno reads an unread body to its end before it closes the
       // connection: the connection is dropped shortly after the response.
@@ -288,6 +282,7 @@ export function serveGuarded(
       );
     } catch (error) {
       connections.delete(connection);
+      connection.slot.release();
       report({ msg: "accept failed", error: _errorCode(error) });
       _closeQuietly(conn);
       return;
@@ -298,6 +293,7 @@ export function serveGuarded(
       })
       .finally(() => {
         connection.closed = true;
+        connection.slot?.release();
         connections.delete(connection);
         finishing.delete(done);
       });
@@ -327,13 +323,18 @@ export function serveGuarded(
         _closeQuietly(conn);
         break;
       }
-      if (connections.size >= limits.maxConnections && shedIdle(1) === 0) {
-        // Every connection is busy: refuse the newcomer rather than exceed the cap.
+      const address = slotAddress((conn.remoteAddr as Deno.NetAddr).hostname);
+      if (slots.size >= limits.maxConnections) {
+        // The heaviest address pays, so none can hold every slot from others.
         shed++;
-        _closeQuietly(conn);
-        continue;
+        const room = slots.makeRoomFor(address);
+        if (!room) {
+          _closeQuietly(conn);
+          continue;
+        }
+        room.close();
       }
-      serveConnection(conn);
+      serveConnection(conn, address);
     }
   };
 
@@ -380,7 +381,7 @@ function _settle(
   bodyLingerMs: number,
 ): Response | Promise<Response> {
   const quiet = () => {
-    connection.inFlight--;
+    if (--connection.inFlight === 0) connection.slot?.busy(false);
     connection.quietSince = performance.now();
     // Once no other request (an HTTP/2 stream) still needs the connection.
     if (connection.bodyUnread && connection.inFlight === 0) {

@@ -5,14 +5,16 @@
  */
 
 import assert from "node:assert/strict";
-import { abortConnection } from "../../lib/server/serve.ts";
+import http from "node:http";
+import { abortConnection, serveGuarded } from "../../lib/server/serve.ts";
+import { statusFrom } from "../../scripts/from_address.ts";
 import {
   createKey,
   type ServerProcess,
   startServer,
   tempDir,
 } from "../support/processes.ts";
-import { GIVE_UP_MS } from "../support/wait.ts";
+import { GIVE_UP_MS, until } from "../support/wait.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
@@ -295,6 +297,127 @@ Deno.test("a GET announcing a 10 GB body gets its answer and is cut off after a 
     await response.body?.cancel();
     assert.equal(response.status, 405);
   }
+});
+
+/** A GET of the route with `key` through `agent`, and whether it reused a kept-alive connection. */
+function keptAliveGet(
+  port: number,
+  key: string,
+  agent: http.Agent,
+): Promise<{ status: number; reused: boolean }> {
+  return new Promise((resolve, reject) => {
+    const request = http.get({
+      host: "127.0.0.1",
+      port,
+      path: ROUTE,
+      agent,
+      headers: { "X-API-Key": key },
+    }, (response) => {
+      response.resume();
+      response.on("end", () =>
+        resolve({
+          status: response.statusCode ?? 0,
+          reused: request.reusedSocket,
+        }));
+    });
+    request.on("error", reject);
+  });
+}
+
+Deno.test("one address filling every slot with half-sent heads loses its own connections: another address keeps its kept-alive connection and gets 200 on it and on new ones", async () => {
+  using dir = tempDir();
+  const { key } = await createKey(dir.path, "a");
+  // Timeouts far beyond the test: only the cap decides who is closed.
+  await using server = await startServer(
+    dir.path,
+    {
+      MAX_CONNECTIONS: "20",
+      HEADER_TIMEOUT_SECONDS: "600",
+      IDLE_TIMEOUT_SECONDS: "600",
+    },
+    "start",
+    { openFiles: 1024 },
+  );
+  const agent = new http.Agent({
+    keepAlive: true,
+    maxSockets: 1,
+    localAddress: "127.0.0.2",
+  } as http.AgentOptions);
+  const attacker: Deno.Conn[] = [];
+  let closed = 0;
+  try {
+    assert.equal((await keptAliveGet(server.port, key, agent)).status, 200);
+    const half = new TextEncoder().encode(
+      `GET ${ROUTE} HTTP/1.1\r\nHost: x\r\n`,
+    );
+    for (let wave = 1; wave <= 3; wave++) {
+      // 40 more from 127.0.0.1 than the 19 slots the honest client leaves.
+      for (const conn of await openIdle(server.port, 40)) {
+        attacker.push(conn);
+        conn.write(half).catch(() => {});
+        closedAfter(conn, 0).then(() => closed++);
+      }
+      // Before: the honest connection, quiet longest, was the first closed.
+      await until(() => closed >= 40 * wave - 20, `${40 * wave - 20} closes`);
+      assert.deepEqual(
+        await keptAliveGet(server.port, key, agent),
+        { status: 200, reused: true },
+        `wave ${wave}: the kept-alive connection was closed`,
+      );
+      assert.equal(
+        await statusFrom(server.port, { from: "127.0.0.2", path: ROUTE, key }),
+        200,
+      );
+    }
+  } finally {
+    agent.destroy();
+    closeAll(attacker);
+  }
+});
+
+Deno.test("one address holding every slot with requests in progress: a newcomer from another address is served, and a held connection is cut for it", async () => {
+  let entered = 0;
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => release = resolve);
+  const server = serveGuarded(async (_request, info) => {
+    if ((info.remoteAddr as Deno.NetAddr).hostname === "127.0.0.1") {
+      entered++;
+      await gate;
+    }
+    return new Response("ok");
+  }, {
+    hostname: "127.0.0.1",
+    port: 0,
+    limits: { maxConnections: 20, headerTimeoutMs: 600_000 },
+  });
+  const port = (server.addr as Deno.NetAddr).port;
+  const held: Promise<number | "cut">[] = [];
+  const hold = () =>
+    held.push(
+      statusFrom(port, { from: "127.0.0.1", path: "/", key: null })
+        .catch(() => "cut" as const),
+    );
+  const statuses: number[] = [];
+  try {
+    for (let i = 0; i < 20; i++) hold();
+    await until(() => entered === 20, "20 requests held");
+    for (let i = 1; i <= 3; i++) {
+      // Before: every slot busy, so the newcomer was refused.
+      statuses.push(
+        await statusFrom(port, { from: "127.0.0.2", path: "/", key: null }),
+      );
+      // Once the honest connection is gone, the attacker takes the slot back.
+      await until(() => server.connectionCount() === 19, "19 connections");
+      hold();
+      await until(() => entered === 20 + i, "the slot taken back");
+    }
+  } finally {
+    release();
+    await server.shutdown();
+  }
+  assert.deepEqual(statuses, [200, 200, 200]);
+  const outcomes = await Promise.all(held);
+  assert.equal(outcomes.filter((outcome) => outcome === "cut").length, 3);
 });
 
 /**
