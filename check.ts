@@ -6,7 +6,7 @@
  *
  *     export INTEGRATION_BASE_URL=https://integration.example.net
  *     export INTEGRATION_API_KEY=…   # from your secrets store
- *     deno task check [--json]
+ *     deno task check [--json]   # or --help, --version
  *
  * Permissions (the `check` task in deno.json): `--allow-net` for any host,
  * because the base URL is the integrator's own installation and cannot be known
@@ -36,6 +36,7 @@ import {
 import { formatOutcome, withholdKey } from "./lib/check/format.ts";
 import { CHECK_HELP } from "./lib/check/help.ts";
 import { blankOutcome, type CheckOutcome, EXIT } from "./lib/check/outcome.ts";
+import { versionLine } from "./lib/util/version.ts";
 
 /** Options of {@linkcode main}. */
 export interface MainOptions extends RunCheckOptions {
@@ -58,6 +59,10 @@ export async function main(
     write(CHECK_HELP.trimEnd());
     return EXIT.OK;
   }
+  if (args.includes("--version")) {
+    write(versionLine());
+    return EXIT.OK;
+  }
   const json = args.includes("--json");
   let outcome: CheckOutcome;
   const stray = args.findIndex((arg) => arg !== "--json");
@@ -67,7 +72,7 @@ export async function main(
       ...blankOutcome(null),
       summary: `unexpected argument #${
         stray + 1
-      }; the check takes only --json and --help, and reads the address and key from environment variables (see --help)`,
+      }; the check takes only --json, --help and --version, and reads the address and key from environment variables (see --help)`,
       advice: KEY_PATTERN.test(args[stray])
         ? "an API key was passed as an argument: it may now be in shell history and process lists, so remove it from there and have the key replaced"
         : null,

@@ -43,8 +43,9 @@ TLS failure (UnknownIssuer). DENO_TLS_CA_STORE=system trusts the machine's
 own certificate store instead.
 
 Options:
-  --json   print one JSON object instead of the monitoring-plugin text
-  --help   print this help
+  --json     print one JSON object instead of the monitoring-plugin text
+  --help     print this help
+  --version  print the release and exit
 
 Exit codes: 0 OK, 1 WARNING (clock offset above the threshold, the key
 expires soon, or its rate limit is used up or has under a tenth left),

@@ -17,6 +17,7 @@ import { type Command, type Context, KEY_ARGUMENT } from "./command.ts";
 import { KeyArgumentError, UsageError } from "./errors.ts";
 import { commandHelp, mainHelp } from "./_help.ts";
 import { visible } from "./_output.ts";
+import { versionLine } from "../util/version.ts";
 
 /** A command line that names a command to run. */
 export interface ParsedCommand {
@@ -50,6 +51,13 @@ export function parse(
     );
   }
   if (topics.length === 1) return parse([topics[0], "--help"], commands);
+  // Printed as help is, so that it needs no more than --help does.
+  if (name === "--version") {
+    if (rest.length === 0) return { help: versionLine() };
+    throw new UsageError("keys --version takes nothing else", {
+      code: "argument_extra",
+    });
+  }
   if (
     name === undefined || name === "--help" || name === "-h" || name === "help"
   ) {

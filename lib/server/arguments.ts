@@ -1,6 +1,7 @@
 /**
  * The server's command line: it takes no arguments, as every setting is an
- * environment variable, except `--help` (or `-h`), which lists them.
+ * environment variable, except `--help` (or `-h`), which lists them, and
+ * `--version`.
  *
  * @module
  */
@@ -12,7 +13,7 @@ import { SERVER_VARIABLES } from "./permissions.ts";
 const DOCS = "docs/operators.md#configuration";
 
 /** What a command line asks the server to do. */
-export type StartRequest = "serve" | "help";
+export type StartRequest = "serve" | "help" | "version";
 
 /** An argument the server does not take; exit code 2, as for a usage error. */
 export class StartArgumentsError extends Error {
@@ -30,7 +31,8 @@ export class StartArgumentsError extends Error {
 
 /**
  * What `args` asks for: none to serve, `--help` or `-h` alone for the
- * summary of the variables; anything else throws a
+ * summary of the variables, `--version` alone for the release; anything
+ * else throws a
  * {@linkcode StartArgumentsError}, which never repeats the arguments.
  */
 export function readStartArguments(args: readonly string[]): StartRequest {
@@ -38,6 +40,7 @@ export function readStartArguments(args: readonly string[]): StartRequest {
   if (args.length === 1 && (args[0] === "--help" || args[0] === "-h")) {
     return "help";
   }
+  if (args.length === 1 && args[0] === "--version") return "version";
   throw new StartArgumentsError();
 }
 
@@ -76,6 +79,7 @@ export function startHelp(): string {
   });
   return [
     "Usage: deno task start",
+    "       deno task start --version   (prints the release and exits)",
     "",
     "The server takes no arguments. It reads these environment variables,",
     "and a .env file in the working folder:",

@@ -100,6 +100,21 @@ Deno.test("keys --help lists every command of the registry and names every varia
   }
 });
 
+Deno.test("keys --version prints the release deno.json carries, in one line, with no store; keys --help names it", async () => {
+  using dir = tempDir();
+  const release = JSON.parse(
+    Deno.readTextFileSync(new URL("../../deno.json", import.meta.url)),
+  ).version;
+  const result = await keys(dir.path, ["--version"]);
+  assert.equal(result.code, 0, result.stderr);
+  assert.equal(result.stdout, `integration-service ${release}\n`);
+  assert.deepEqual([...Deno.readDirSync(dir.path)], [], "no store opened");
+  assert.match((await keys(dir.path, ["--help"])).stdout, /keys --version/);
+  const extra = await keys(dir.path, ["--version", "--json"]);
+  assert.equal(extra.code, 2);
+  assert.equal(JSON.parse(extra.stdout).error.code, "argument_extra");
+});
+
 Deno.test("keys --help does not confine FILE to ./data, as the keys task grants the FILE a command names", async () => {
   using dir = tempDir();
   const result = await keys(dir.path, ["--help"]);

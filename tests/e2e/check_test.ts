@@ -524,6 +524,16 @@ Deno.test("--help explains why the key is read from the environment only", async
   }
 });
 
+Deno.test("check --version prints the release deno.json carries, in one line, with the task's permissions; --help names it", async () => {
+  const release = JSON.parse(
+    Deno.readTextFileSync(new URL("../../deno.json", import.meta.url)),
+  ).version;
+  const result = await check({}, ["--version"]);
+  assert.equal(result.code, 0, result.stderr);
+  assert.equal(result.stdout, `integration-service ${release}\n`);
+  assert.match((await check({}, ["--help"])).stdout, /--version/);
+});
+
 Deno.test("the check task is granted only the network and its own variables", () => {
   const args = taskArgs("check");
   const granted = args.filter((arg) => arg.startsWith("--allow"));
