@@ -30,6 +30,7 @@ import {
   variableGrants,
 } from "./lib/server/permissions.ts";
 import { JsonLog } from "./lib/http/log.ts";
+import { VERSION as version, versionLine } from "./lib/util/version.ts";
 import {
   type GuardedServer,
   serveGuarded,
@@ -107,12 +108,13 @@ export async function serve(): Promise<void> {
   });
   const onListen = (addr: Deno.NetAddr | Deno.UnixAddr) => {
     if ("path" in addr) {
-      log.write({ msg: "listening", address: `unix:${addr.path}` });
+      log.write({ msg: "listening", address: `unix:${addr.path}`, version });
     } else {
       const scheme = tls ? "https" : "http";
       const { hostname, port } = addr;
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
-      log.write({ msg: "listening", address: `${scheme}://${host}:${port}` });
+      const address = `${scheme}://${host}:${port}`;
+      log.write({ msg: "listening", address, version });
     }
     log.flush();
   };
@@ -189,9 +191,10 @@ export async function serve(): Promise<void> {
 
 if (import.meta.main) {
   try {
-    // Before the permissions are checked: --help needs none of them.
-    if (readStartArguments(Deno.args) === "help") {
-      console.log(startHelp());
+    // Before the permissions are checked: --help and --version need none.
+    const request = readStartArguments(Deno.args);
+    if (request !== "serve") {
+      console.log(request === "help" ? startHelp() : versionLine());
       Deno.exit(0);
     }
     await serve();

@@ -6,7 +6,12 @@
 
 import assert from "node:assert/strict";
 import { SERVER_VARIABLES } from "../../lib/server/permissions.ts";
-import { type RunResult, taskCommand, tempDir } from "../support/processes.ts";
+import {
+  type RunResult,
+  startServer,
+  taskCommand,
+  tempDir,
+} from "../support/processes.ts";
 
 /** Where a server that ignored its arguments would listen, harmlessly. */
 const LOOPBACK = { PORT: "0", HOST: "127.0.0.1" };
@@ -57,4 +62,37 @@ Deno.test("deno task start --help and -h list every variable the server reads an
     assert.match(result.stdout, /docs\/operators\.md#configuration/);
     assert.deepEqual([...Deno.readDirSync(checkout.path)], []);
   }
+});
+
+/** The release deno.json carries, which every entrypoint reports. */
+const RELEASE: string = JSON.parse(
+  Deno.readTextFileSync(new URL("../../deno.json", import.meta.url)),
+).version;
+
+Deno.test("deno task start --version prints the release deno.json carries, in one line, and exits 0 without starting", async () => {
+  using checkout = tempDir();
+  const result = await start(checkout.path, ["--version"]);
+  assert.equal(result.code, 0, result.stderr);
+  assert.equal(result.stdout, `integration-service ${RELEASE}\n`);
+  assert.equal(result.stderr, "");
+  assert.deepEqual([...Deno.readDirSync(checkout.path)], []);
+  // Named in --help, and refused beside anything else.
+  assert.match(
+    (await start(checkout.path, ["--help"])).stdout,
+    /deno task start --version/,
+  );
+  assert.equal((await start(checkout.path, ["--version", "x"])).code, 2);
+});
+
+Deno.test("the server's listening line names the release deno.json carries", async () => {
+  using checkout = tempDir();
+  await using server = await startServer(checkout.path, LOOPBACK);
+  const line = server.output().split("\n").find((text) =>
+    text.includes('"msg":"listening"')
+  );
+  assert.ok(line, server.output());
+  const { msg, address, version } = JSON.parse(line);
+  assert.equal(msg, "listening");
+  assert.equal(address, server.url);
+  assert.equal(version, RELEASE);
 });
