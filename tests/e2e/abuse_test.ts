@@ -14,7 +14,11 @@ import {
   tempDir,
 } from "../support/processes.ts";
 import { check, rawStatus, request } from "../support/http.ts";
-import { sendAll, spreadAddress, statusFrom } from "../../scripts/from_address.ts";
+import {
+  sendAll,
+  spreadAddress,
+  statusFrom,
+} from "../../scripts/from_address.ts";
 
 const ROUTE = "/api/v1/integration/connection";
 
