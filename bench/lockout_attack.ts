@@ -29,11 +29,7 @@
 
 import { generateApiKey } from "../lib/auth/api_key.ts";
 import { createKey, startServer, tempDir } from "../scripts/task_process.ts";
-import {
-  sendAll,
-  spreadAddress,
-  statusFrom,
-} from "../scripts/from_address.ts";
+import { sendAll, spreadAddress, statusFrom } from "../scripts/from_address.ts";
 import { measureFloods } from "./flood.ts";
 
 const ROUTE = "/api/v1/integration/connection";
