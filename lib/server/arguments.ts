@@ -51,7 +51,6 @@ const MEANINGS: Record<(typeof SERVER_VARIABLES)[number], string> = {
   DENO_KV_PATH: "the Deno KV store (default ./data/keys.db)",
   DATABASE_URL: "postgres://USER@HOST:PORT/DB: use PostgreSQL instead",
   TRUSTED_PROXIES: "proxies whose X-Forwarded-For is read (CIDR ranges)",
-  TRUST_PROXY_HOPS: "no longer accepted; use TRUSTED_PROXIES",
   LOCKOUT_MAX_FAILURES: "failed authentications that lock a client",
   LOCKOUT_WINDOW_SECONDS: "the window those failures are counted in",
   LOCKOUT_SECONDS: "how long a lock lasts",

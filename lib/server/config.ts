@@ -308,13 +308,6 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
 }
 
 function trustedProxies(env: EnvReader): Cidr[] {
-  if (nonEmpty(env, "TRUST_PROXY_HOPS") !== undefined) {
-    // A hop count believed whoever connected directly; refuse it rather than
-    // quietly ignoring a setting the operator relies on.
-    throw new ConfigError(
-      "TRUST_PROXY_HOPS is no longer read, as it let direct clients forge X-Forwarded-For; unset it and list the proxies' addresses in TRUSTED_PROXIES, such as TRUSTED_PROXIES=10.0.0.5/32",
-    );
-  }
   const raw = nonEmpty(env, "TRUSTED_PROXIES");
   if (raw === undefined) return [];
   return raw.split(",").map((item) => {

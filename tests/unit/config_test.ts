@@ -121,10 +121,6 @@ Deno.test("readConfig() stops on a bad value with one line naming the variable",
       /^LOCKOUT_SECONDS \(1\) is shorter than LOCKOUT_WINDOW_SECONDS \(60\), .*set LOCKOUT_SECONDS to 60 or more$/,
     ],
     [
-      { TRUST_PROXY_HOPS: "1" },
-      /^TRUST_PROXY_HOPS is no longer read, .* TRUSTED_PROXIES=10\.0\.0\.5\/32$/,
-    ],
-    [
       { TRUSTED_PROXIES: "10.0.0.1/8" },
       /^TRUSTED_PROXIES must list addresses or CIDR ranges .*"10\.0\.0\.1\/8" is not one/,
     ],
