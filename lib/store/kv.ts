@@ -24,7 +24,7 @@ export type KvKeyStore = KeyService;
  * every integrator's e-mail.
  */
 export async function openKvStore(path: string): Promise<KvKeyStore> {
-  return openEntryStore(new KvEntries(await openKv(path)));
+  return await openEntryStore(new KvEntries(await openKv(path)));
 }
 
 async function openKv(path: string): Promise<Deno.Kv> {

@@ -50,7 +50,7 @@ async function openLimited(url: string, changeMs: number): Promise<KeyService> {
     await pool.end(1);
     throw error;
   }
-  return openEntryStore(new PostgresEntries(pool));
+  return await openEntryStore(new PostgresEntries(pool));
 }
 
 if (import.meta.main) {

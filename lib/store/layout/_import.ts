@@ -31,6 +31,7 @@ import {
   keyById,
   keyByName,
   lastUsedKey,
+  LAYOUT,
   MAX_TRIES,
   networksKey,
   refusedKey,
@@ -57,6 +58,7 @@ const META_KEYS = new Set<KeyPart>([
   "instances",
   IMPORTING[0],
   IMPORT_REVISION[0],
+  LAYOUT[0],
 ]);
 
 /**

@@ -56,6 +56,8 @@ export function networksKey(id: number): EntryKey {
 export function refusedKey(id: number): EntryKey {
   return ["refused", id];
 }
+/** The layout's version, so that a later one migrates forward or is refused. */
+export const LAYOUT = ["layout"] as const;
 export const IMPORTING = ["importing"] as const;
 export const IMPORT_REVISION = ["import_revision"] as const;
 export function instanceKey(id: string): EntryKey {

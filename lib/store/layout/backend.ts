@@ -15,7 +15,7 @@ import { withUsage } from "../backend.ts";
 import { QUIET_ACTIONS } from "../change.ts";
 import type { Entries, Entry, EntryKey } from "../entries.ts";
 import { sameKey } from "../entries.ts";
-import { ImportStateError } from "../errors.ts";
+import { ImportStateError, StoreOpenError } from "../errors.ts";
 import { KeyService } from "../keys.ts";
 import type {
   AuditEntry,
@@ -28,6 +28,7 @@ import { discardIn, stageIn } from "./_import.ts";
 import {
   auditKey,
   AUTH_REVISION,
+  busy,
   counted,
   dueKey,
   IMPORT_REVISION,
@@ -38,14 +39,49 @@ import {
   keyById,
   keyByName,
   lastUsedKey,
+  LAYOUT,
+  MAX_TRIES,
   networksKey,
   refusedKey,
   REVISION,
 } from "./_keys.ts";
 
 /** The key service on `entries`, which it closes when closed. */
-export function openEntryStore(entries: Entries): KeyService {
+export async function openEntryStore(entries: Entries): Promise<KeyService> {
+  try {
+    await claimLayout(entries);
+  } catch (error) {
+    await entries.close().catch(() => {});
+    throw error;
+  }
   return new KeyService(new EntryBackend(entries));
+}
+
+/**
+ * The entries' layout this code writes. A later version that changes it
+ * moves this on and migrates older stores forward; this one refuses a
+ * store a newer version has written rather than misread it.
+ */
+export const LAYOUT_VERSION = 1;
+
+/** Records the layout in a store that has none; refuses a newer one. */
+async function claimLayout(kv: Entries): Promise<void> {
+  for (let tries = 0; tries < MAX_TRIES; tries++) {
+    const found = await kv.get<unknown>(LAYOUT);
+    if (found.value === LAYOUT_VERSION) return;
+    if (found.value !== null) {
+      throw new StoreOpenError(
+        "schema_too_new",
+        `The key store's layout is at version ${
+          JSON.stringify(found.value)
+        }, where this service knows ${LAYOUT_VERSION}; upgrade the service, or point DENO_KV_PATH or DATABASE_URL at another store`,
+      );
+    }
+    const claimed = await kv.atomic().check(found).set(LAYOUT, LAYOUT_VERSION)
+      .commit();
+    if (claimed.ok) return;
+  }
+  throw busy();
 }
 
 /** {@linkcode StoreBackend} on {@linkcode Entries}. */

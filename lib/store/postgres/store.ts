@@ -40,5 +40,9 @@ export async function openPostgresStore(
     await sql.end({ timeout: 1 });
     throw error instanceof StoreOpenError ? error : openFailure(error, url);
   }
-  return openEntryStore(new PostgresEntries(new Pool(sql, options)));
+  try {
+    return await openEntryStore(new PostgresEntries(new Pool(sql, options)));
+  } catch (error) {
+    throw error instanceof StoreOpenError ? error : openFailure(error, url);
+  }
 }
