@@ -1,12 +1,8 @@
 /**
- * SHA-256 (FIPS 180-4) of a string's UTF-8 bytes, hex, synchronously.
- *
- * Written here rather than taken from `node:crypto`: loading the Node
- * compatibility layer for this one call cost the server about 8 MB of
- * memory, and `crypto.subtle.digest` is asynchronous (a promise and a trip
- * through the runtime per request). A key is 40 ASCII characters, one
- * block, for which this measured as fast as `createHash`. Checked against
- * `crypto.subtle` on arbitrary strings (tests/unit/api_key_test.ts).
+ * SHA-256 (FIPS 180-4), synchronously. Not `node:crypto`: the Node layer
+ * cost about 8 MB for this one call; not `crypto.subtle`: a promise and a
+ * trip through the runtime per request. On a key (one block) this measured
+ * as fast as `createHash`.
  *
  * @module
  */
@@ -30,7 +26,7 @@ const words = new Int32Array(64);
 const state = new Int32Array(8);
 const encoder = new TextEncoder();
 
-/** SHA-256 of `text` (as UTF-8), 64 lowercase hex digits. */
+/** Of `text` as UTF-8, in lowercase hex. */
 export function sha256Hex(text: string): string {
   state.set(INITIAL);
   if (!shortAscii(text)) {
@@ -57,10 +53,7 @@ export function sha256Hex(text: string): string {
   return out;
 }
 
-/**
- * Hashes a text of at most 55 ASCII characters (a key: one block) straight
- * from its character codes, with no byte array; false for any other text.
- */
+/** At most 55 ASCII characters (one block) straight from their codes; false for other text. */
 function shortAscii(text: string): boolean {
   const length = text.length;
   if (length > 55) return false;

@@ -1,26 +1,17 @@
 /**
- * An in-memory index of every key's hash, so that a key which passes every
- * public format check but exists nowhere is refused without a store read.
+ * The first 52 bits of every stored hash, so that a well-formed key that
+ * exists nowhere (anyone can mint one: the checksum is public) is refused
+ * without a store read; a false hit costs only the read a key would anyway.
  *
- * The checksum in a key is public (CRC32), so anyone can mint well-formed
- * keys; without the index each one costs what a real key costs. The index
- * holds the first 52 bits of every stored hash (valid and revoked): a miss
- * means "no such key", a hit means "ask the store", so a false hit costs
- * only the read the key would have cost anyway.
- *
- * Freshness is by revision, the same rule as the record cache: the index
- * answers for revision R only once it has caught up with a revision read
- * that started after R was observed. Catching up lists the keys with ids
- * above the highest one seen (ids only grow), or rebuilds from scratch when
- * the store reports a wholesale import since. One catch-up at a time, shared
- * by every request waiting on it.
+ * The index answers for revision R only once caught up with a revision read
+ * that started after R was observed. Catching up lists ids above the highest
+ * seen (ids only grow), or rebuilds after a wholesale import.
  *
  * @module
  */
 
 import type { KeyStore } from "../store/types.ts";
 
-/** The part of the store the index reads. */
 export type IndexSource = Pick<
   KeyStore,
   "revision" | "importRevision" | "keyHashes"
@@ -28,16 +19,15 @@ export type IndexSource = Pick<
 
 /** Options of {@linkcode KeyIndex}. */
 export interface KeyIndexOptions {
-  /** Called after every catch-up with how many keys were read; for tests and metrics. */
+  /** After every catch-up. */
   onRefresh?: (info: { rebuilt: boolean; read: number }) => void;
 }
 
-/** The first 52 bits of a hex hash, as an exact double. */
+/** As an exact double. */
 function prefixOf(hash: string): number {
   return parseInt(hash.slice(0, 13), 16);
 }
 
-/** Which hashes the store holds, as of a known revision. */
 export class KeyIndex {
   #source: IndexSource;
   #prefixes = new Set<number>();
@@ -51,11 +41,7 @@ export class KeyIndex {
     this.#onRefresh = options.onRefresh;
   }
 
-  /**
-   * Whether a key with this hash may exist at `revision` (a revision read
-   * that started after the request arrived). Synchronous while the index is
-   * current, which is the steady state; false is definite.
-   */
+  /** Synchronous while the index is current; false is definite. */
   mayExist(hash: string, revision: bigint): boolean | Promise<boolean> {
     if (this.#revision >= revision) return this.#prefixes.has(prefixOf(hash));
     return this.catchUp(revision).then(() =>
@@ -63,12 +49,10 @@ export class KeyIndex {
     );
   }
 
-  /** The number of hashes held. */
   get size(): number {
     return this.#prefixes.size;
   }
 
-  /** Resolves once the index answers for `revision` or later. */
   async catchUp(revision: bigint): Promise<void> {
     while (this.#revision < revision) {
       this.#refreshing ??= this.#refresh().finally(() => {

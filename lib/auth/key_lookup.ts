@@ -1,9 +1,6 @@
 /**
- * Authentication of a request by its `X-API-Key` header.
- *
- * The order is the point: the cheap synchronous format check refuses
- * malformed values before any hashing or store read, and only a well-formed
- * key costs a hash and a lookup in memory, current by the lease.
+ * Authentication by the `X-API-Key` header: the cheap format check refuses
+ * malformed values before any hashing or store read.
  *
  * @module
  */
@@ -16,10 +13,7 @@ import { KeyIndex } from "./key_index.ts";
 import { Lease } from "./lease.ts";
 import { awaitAcknowledgement } from "../store/acknowledged.ts";
 
-/**
- * Why a request was not authenticated; never shown to the caller, to whom
- * an expired key is a revoked one.
- */
+/** Never shown to the caller, to whom an expired key is a revoked one. */
 export type AuthFailure =
   | "missing"
   | "malformed"
@@ -27,12 +21,12 @@ export type AuthFailure =
   | "revoked"
   | "expired";
 
-/** The outcome of {@linkcode KeyLookup.authenticate}. */
 export type AuthResult =
   | { ok: true; record: KeyRecord }
   | { ok: false; reason: Exclude<AuthFailure, "expired"> }
   | { ok: false; reason: "expired"; record: KeyRecord };
 
+const MAX_CACHED = 100_000;
 // Shared, as they carry nothing of the request.
 const MISSING: AuthResult = Object.freeze({ ok: false, reason: "missing" });
 const MALFORMED: AuthResult = Object.freeze({ ok: false, reason: "malformed" });
@@ -41,84 +35,53 @@ const REVOKED: AuthResult = Object.freeze({ ok: false, reason: "revoked" });
 
 interface Cached {
   record: KeyRecord;
-  /** The record's expiresAt, parsed once: the request-time check is one comparison. */
+  /** Parsed once: the request-time check is one comparison. */
   expires: number;
 }
 
 /**
  * Looks keys up, from memory while this process holds its lease, and never
  * with a record that a change which returned before the request was sent
- * has replaced.
- *
- * Cached records and the index of stored hashes are current to the lease's
- * applied revision: the lease (lib/auth/lease.ts) hands over every batch of
- * changes, and the records they name are dropped before the batch counts
- * as applied, and so before this process acknowledges it. While the lease
- * holds, a request costs a hash and two map lookups. Without it, a request
- * first waits for a read of the store that started after it arrived (one
- * read shared by all requests waiting then), as every request did before
- * leases.
- *
- * The index refuses keys that exist nowhere: minting well-formed keys is
- * free, so they must not cost a store read each.
+ * has replaced: the records a batch of changes names are dropped before the
+ * lease counts it applied, and so before this process acknowledges it.
+ * Without the lease, a request first waits for a store read that started
+ * after it arrived (shared by all requests waiting then).
  */
 export class KeyLookup {
   #store: KeyStore;
   #cache = new Map<string, Cached>();
-  /** Which cached hash belongs to which key id, so a change by id drops it. */
+  /** So that a change by id drops the record. */
   #hashes = new Map<number, string>();
-  #maxEntries: number;
   #index: KeyIndex;
   #lease: Lease;
   /** Moves whenever records are dropped, so a read that raced a drop is not cached. */
   #drops = 0;
-  /** Reads under way, by hash, tagged with the drop count when each began. */
   #reads = new Shared<string, Cached | null>();
   /** Every registered server has applied every change up to this revision, or lost its lease. */
   #settled = -1n;
-  /** The wait for the newest revision a read has asked to be settled. */
   #settling: { revision: bigint; done: Promise<void> } | null = null;
-
-  /** The clock deadlines are checked against, in milliseconds. */
   #now: () => number;
 
-  /**
-   * `maxEntries` bounds the cache of records; `lease` is this process's, if
-   * it has one; `now` is the clock (Date.now unless set; tests pin it).
-   */
   constructor(
     store: KeyStore,
-    options: {
-      maxEntries?: number;
-      index?: KeyIndex;
-      lease?: Lease;
-      now?: () => number;
-    } = {},
+    options: { lease?: Lease; now?: () => number } = {},
   ) {
     this.#store = store;
     this.#now = options.now ?? Date.now;
-    this.#maxEntries = options.maxEntries ?? 100_000;
-    this.#index = options.index ?? new KeyIndex(store);
+    this.#index = new KeyIndex(store);
     this.#lease = options.lease ?? new Lease(store);
     this.#lease.subscribe((changes) => this.#apply(changes));
   }
 
-  /**
-   * Builds the index ahead of the first request, so that it does not wait
-   * for it. A failure is left for the first request to meet again.
-   */
+  /** Builds the index ahead of the first request; a failure is left for it to meet again. */
   async warm(): Promise<void> {
     await this.#lease.catchUp();
   }
 
   /**
-   * Authenticates the value of the `X-API-Key` header. Throws (or rejects
-   * with) StoreUnavailableError when the store cannot be read, so that an
-   * outage is never mistaken for a bad key.
-   *
-   * Answers without a promise in the steady state (the lease held, the
-   * index current, the record cached): a promise per request was a
-   * microtask and garbage on every request the server answers.
+   * Throws (or rejects with) StoreUnavailableError when the store cannot be
+   * read, so an outage is never mistaken for a bad key. Without a promise in
+   * the steady state: one per request is a microtask and garbage each time.
    */
   authenticate(header: string | null): AuthResult | Promise<AuthResult> {
     if (header === null || header === "") return MISSING;
@@ -186,7 +149,7 @@ export class KeyLookup {
     // A batch of changes dropped records while this read was out: it may
     // predate one of them, so it answers this request only.
     if (drops !== this.#drops) return fresh;
-    if (this.#cache.size >= this.#maxEntries) {
+    if (this.#cache.size >= MAX_CACHED) {
       // The oldest goes. An eviction is no change: `#drops` stays.
       this.#drop(this.#cache.values().next().value!.record.id);
     }
@@ -195,11 +158,7 @@ export class KeyLookup {
     return fresh;
   }
 
-  /**
-   * Resolves once every registered server has acknowledged `revision` or
-   * its lease has run out: at once when a read has already waited for it.
-   * One wait at a time per revision, shared by every read that needs it.
-   */
+  /** Resolves once every registered server has acknowledged `revision` or its lease ran out; one shared wait. */
   #settle(revision: bigint): Promise<void> | void {
     if (revision <= this.#settled) return;
     const settling = this.#settling;
@@ -228,7 +187,6 @@ export class KeyLookup {
     this.#drop(id);
   }
 
-  /** Drops what `changes` invalidate; the lease counts them applied after. */
   async #apply(changes: KeyChanges): Promise<void> {
     // New keys enter the index before their batch counts as applied.
     await this.#index.catchUp(changes.revision);

@@ -1,25 +1,19 @@
 /**
- * This process's lease on the freshness of what it knows about keys: while
- * it holds one, a request is answered from memory, with no store read.
+ * This process's lease: while it holds, requests are answered from memory.
  *
- * The promise (docs/design.md, "Leases"): a change to a key returns to
- * whoever made it only once every registered process has acknowledged it,
- * or that process's lease has run out. So a process may answer from memory
- * at monotonic time t only if
+ * A change to a key returns only once every registered process has
+ * acknowledged it or its lease has run out (docs/design.md, "Leases"). So a
+ * process may answer from memory at monotonic time t only if
  *
  * 1. its registration was in the store before the read its lease rests on
- *    (a change made later waits for it, as it finds the registration), and
+ *    (a change made later finds it and waits for it), and
  * 2. t < start of that read + lease length, and
- * 3. the write of its acknowledgement after that read succeeded, conditional
- *    on the registration's version, so a registration that a change gave up
- *    on and removed can never be renewed.
+ * 3. its acknowledgement after that read was written, conditional on the
+ *    registration's version, so a registration a change gave up on and
+ *    removed can never be renewed.
  *
- * A change made after the read started either waits for this process's
- * acknowledgement (which the process writes only after dropping what the
- * change invalidates) or for the lease to end. Without a lease (at start,
- * store unreachable, paused past the lease, registration removed) every
- * request waits for a read of the store that started after it arrived, as
- * before leases: correctness never rests on a timer firing on time.
+ * Without a lease every request waits for a store read that started after
+ * it arrived: correctness never rests on a timer firing on time.
  *
  * @module
  */
@@ -33,29 +27,26 @@ import type {
   KeyChanges,
 } from "../store/types.ts";
 
-/** How often the store is asked for changes when it cannot push them. */
 const POLL_MS = 100;
-/** How often when it pushes a notice at every change; the poll makes up lost notices. */
+/** When the store pushes a notice at every change; the poll makes up lost ones. */
 const POLL_MS_PUSHED = 500;
 
 /** Options of {@linkcode Lease}. */
 export interface LeaseOptions {
-  /** Lease length; {@linkcode LEASE_MS} unless set, and never longer: a change waits at most that long. */
+  /** At most {@linkcode LEASE_MS}: a change waits at most that long. */
   leaseMs?: number;
-  /** Poll interval; 100 ms, or 500 ms when the store pushes notices. */
   pollMs?: number;
-  /** Receives a line when the lease is lost or regained. */
+  /** Hears when the lease is lost or regained. */
   log?: (fields: Record<string, unknown>) => void;
 }
 
-/** What {@linkcode Lease} tells those who hold state derived from the store. */
 export type ApplyChanges = (changes: KeyChanges) => Promise<void> | void;
 
 /** The read a catch-up rests on. */
 interface Read {
-  /** Monotonic time at which the read was sent. */
+  /** Monotonic. */
   started: number;
-  /** The registration's version as read, null when it is gone. */
+  /** Null when the registration is gone. */
   version: string | null;
 }
 
@@ -68,7 +59,6 @@ export class Lease {
   #subscribers: ApplyChanges[] = [];
   #applied = -1n;
   #sync: Coalesced<Read>;
-  /** Monotonic time the lease ends; -Infinity while none is held. */
   #until = -Infinity;
   #info: InstanceInfo | null = null;
   #version: string | null = null;
@@ -102,35 +92,25 @@ export class Lease {
     this.#subscribers.push(apply);
   }
 
-  /** Whether requests may be answered from memory now. */
   get held(): boolean {
     return performance.now() < this.#until;
   }
 
-  /** Every change up to this revision has been applied; -1 before the first read. */
+  /** Every change up to it has been applied. */
   get applied(): bigint {
     return this.#applied;
   }
 
-  /** The registration's id while registered, for logs and tests. */
   get id(): string | null {
     return this.#info?.id ?? null;
   }
 
-  /**
-   * Resolves once every change committed before this call has been applied,
-   * by a read of the store that started after it (shared with whoever else
-   * waits). Throws StoreUnavailableError when the store cannot be read.
-   */
+  /** Resolves once every change committed before the call is applied; throws StoreUnavailableError. */
   async catchUp(): Promise<void> {
     await this.#sync.get();
   }
 
-  /**
-   * Registers this process and starts renewing its lease. Resolves after
-   * the first attempt, held or not: a store that cannot be reached now is
-   * tried again on every poll, and requests read the store meanwhile.
-   */
+  /** Registers and starts renewing; resolves after the first attempt, held or not. */
   async start(): Promise<void> {
     if (this.#running) return;
     this.#running = true;
@@ -145,10 +125,7 @@ export class Lease {
     await this.#ticking;
   }
 
-  /**
-   * Asks the store for changes now rather than at the next poll: after this
-   * process made a change itself, or on a notice.
-   */
+  /** Asks the store for changes now rather than at the next poll. */
   poke(): void {
     if (!this.#running) return;
     if (this.#ticking !== null) {
@@ -159,10 +136,7 @@ export class Lease {
     this.#ticking = this.#tick();
   }
 
-  /**
-   * Gives up the lease at once (requests read the store from now on), then
-   * removes the registration, so that no change waits for this process.
-   */
+  /** Gives up the lease at once, then removes the registration, so no change waits for it. */
   async stop(): Promise<void> {
     this.#running = false;
     this.#until = -Infinity;
@@ -270,7 +244,6 @@ export class Lease {
   }
 }
 
-/** The host name when the process may read it; "" otherwise. */
 function hostname(): string {
   try {
     const state = Deno.permissions.querySync({ name: "sys", kind: "hostname" })

@@ -1,31 +1,17 @@
 /**
- * Lock-out of clients that keep failing authentication (spec section 7:
- * retrying a failing request in a loop leads to lock-out).
+ * Lock-out of clients that keep failing authentication (spec section 7),
+ * in a sliding window estimated from two fixed ones, at three levels: an
+ * address (IPv6 per /64), its network (/24, IPv6 /48), and everywhere, past
+ * which an address is locked at its first failure (each attacking address
+ * buys one guess; nobody is refused for the global rate alone).
  *
- * Failures are counted in a sliding window, estimated from two fixed
- * windows: the previous window's count weighted by how much of it still
- * overlaps, plus the current one's. They are counted at three levels:
- *
- * - per client address (IPv6 per /64): `maxFailures` in the window locks
- *   the address for `lockSeconds`;
- * - per network (/24, IPv6 /48): `networkMaxFailures` locks the network
- *   for every address in it;
- * - everywhere: past `globalMaxFailures` in the window, an address is locked
- *   for `lockSeconds` at its first failure. Nobody is refused for the
- *   global rate alone, while each attacking address buys one guess.
- *
- * Addresses and networks are counted, and their locks kept, in fixed-size
- * tables of hashed cells (a count-min sketch, and the same shape holding
- * "locked until" times), never in a table that forgets its oldest entry:
- * a table that evicts lets an attacker with more addresses than its bound
- * count his way round it. Each address maps to one cell in each of `rows`
- * rows, through hashes seeded at random per process so nobody can choose
- * addresses that land on someone else's cells; its count is the smallest
- * of its cells and its lock the earliest end among them. Collisions only
- * add, so a count is never below the address's own failures and a lock
- * never ends early, whatever the number of addresses: the cost of a full
- * table is false lock-outs, never missed ones. A valid key is never
- * refused by a lock (lib/http/authenticate.ts says why).
+ * Counts and locks live in fixed-size tables of hashed cells (count-min
+ * sketches), never in a table that forgets its oldest entry, which an
+ * attacker with more addresses than its bound could count his way round.
+ * Hashes are seeded per process so nobody can aim at someone else's cells.
+ * Collisions only add: a count is never low and a lock never ends early;
+ * a full table costs false lock-outs, never missed ones. A valid key is
+ * never refused by a lock (lib/http/authenticate.ts says why).
  *
  * @module
  */
@@ -34,42 +20,33 @@ import { networkKey } from "../net/client_address.ts";
 
 /** Options of {@linkcode LockoutTracker}. */
 export interface LockoutOptions {
-  /** Failures from one address within the window that lock it. */
+  /** From one address within the window. */
   maxFailures: number;
-  /** The sliding window, in seconds. */
   windowSeconds: number;
-  /** How long a lock lasts, in seconds. */
   lockSeconds: number;
-  /** Failures from one network that lock it; default 10 × `maxFailures`. */
+  /** Default 10 × `maxFailures`. */
   networkMaxFailures?: number;
-  /** Failures from everywhere past which one failure locks an address; default 100 × `maxFailures`. */
+  /** Default 100 × `maxFailures`. */
   globalMaxFailures?: number;
-  /** Cells per row of the hashed tables, a power of two; default 32 768. */
+  /** A power of two; default 32 768. */
   sketchWidth?: number;
-  /** The clock, in milliseconds; tests move it. */
   now?: () => number;
 }
 
-/**
- * The lock-out when nothing is set (LOCKOUT_MAX_FAILURES,
- * LOCKOUT_WINDOW_SECONDS and LOCKOUT_SECONDS in lib/server/config.ts default to it):
- * what a handler built without a configuration uses.
- */
+/** The defaults of LOCKOUT_MAX_FAILURES, LOCKOUT_WINDOW_SECONDS and LOCKOUT_SECONDS. */
 export const DEFAULT_LOCKOUT: Pick<
   LockoutOptions,
   "maxFailures" | "windowSeconds" | "lockSeconds"
 > = { maxFailures: 10, windowSeconds: 60, lockSeconds: 300 };
 
-/** Which budget a lock was taken from: "global" locks an address at its first failure under a flood. */
 export type LockScope = "address" | "network" | "global";
 
-/** What {@linkcode LockoutTracker.fail} reports when a failure locks something. */
+/** A lock a failure caused. */
 export interface LockEvent {
   scope: LockScope;
-  /** The address, the network, or `*`. */
   client: string;
   failures: number;
-  /** When the lock ends: the very time `Retry-After` counts down to. */
+  /** The very time `Retry-After` counts down to. */
   lockedUntil: Date;
 }
 
@@ -77,12 +54,12 @@ export interface LockEvent {
 const ROWS = 4;
 const DEFAULT_WIDTH = 32_768;
 
-/** The cells a key falls on, one per row; hashes seeded per process. */
+/** The cells a key falls on, one per row. */
 class Cells {
   readonly width: number;
   readonly #mask: number;
   readonly #seeds = crypto.getRandomValues(new Uint32Array(2));
-  /** Reused: a lookup allocates nothing. */
+  /** Reused, valid until the next call: a lookup allocates nothing. */
   readonly #at = new Uint32Array(ROWS);
 
   constructor(width: number) {
@@ -93,7 +70,6 @@ class Cells {
     this.#mask = width - 1;
   }
 
-  /** The index of the key's cell in each row (valid until the next call). */
   of(key: string): Uint32Array {
     const h1 = hash(key, this.#seeds[0]);
     // Odd, so the rows' cells differ (double hashing).
@@ -105,7 +81,7 @@ class Cells {
   }
 }
 
-/** A 32-bit MurmurHash3-style hash of the key's UTF-16 units, seeded. */
+/** MurmurHash3-style, 32 bits, of the key's UTF-16 units. */
 function hash(key: string, seed: number): number {
   let h = seed;
   for (let i = 0; i < key.length; i++) {
@@ -121,11 +97,10 @@ function hash(key: string, seed: number): number {
 }
 
 /**
- * Sliding-window failure counts of any number of keys in fixed memory: a
- * count-min sketch of two-bucket windows. Every cell shares the windows'
+ * A count-min sketch of two-bucket windows; every cell shares the windows'
  * start, so a roll is a swap of two arrays. Only the cells at the key's
- * smallest count are raised (conservative update), which keeps every cell
- * at or above each of its keys' own count, and so the estimate too.
+ * smallest count are raised (conservative update): still never below a
+ * key's own count.
  */
 class CountSketch {
   readonly #cells: Cells;
@@ -140,12 +115,11 @@ class CountSketch {
     this.#start = now;
   }
 
-  /** Bytes held, whatever the number of keys. */
   get bytes(): number {
     return this.#current.byteLength + this.#previous.byteLength;
   }
 
-  /** Counts one failure of the key; returns its estimate in the last window. */
+  /** Returns the key's estimate in the last window. */
   add(key: string, now: number, windowMs: number): number {
     this.#roll(now, windowMs);
     const at = this.#cells.of(key);
@@ -181,10 +155,9 @@ class CountSketch {
 }
 
 /**
- * When each of any number of keys is locked until, in fixed memory: a lock
- * raises the key's cells to its end, and a key is locked until the earliest
- * of its cells, so a lock is never shortened or lost, only possibly
- * shared by a key that falls on the same cells in every row.
+ * "Locked until" per key: a lock raises the key's cells to its end, and a
+ * key is locked until the earliest of its cells, so a lock is never lost,
+ * only possibly shared by a key on the same cells in every row.
  */
 class LockSketch {
   readonly #cells: Cells;
@@ -208,12 +181,10 @@ class LockSketch {
     if (until > this.#latest) this.#latest = until;
   }
 
-  /** Whether any key may be locked at `now`: when not, lookups can be skipped. */
   active(now: number): boolean {
     return now < this.#latest;
   }
 
-  /** When the key's lock ends, or 0 when it has none at `now`. */
   until(key: string, now: number): number {
     if (now >= this.#latest) return 0;
     let earliest = Infinity;
@@ -256,7 +227,7 @@ export class LockoutTracker {
     this.#global = new CountSketch(1, now);
   }
 
-  /** Seconds the client must still wait, or 0 when it may proceed. */
+  /** Seconds the client must still wait; 0: none. */
   retryAfter(client: string): number {
     const now = this.#now();
     const own = this.#addressLocks.until(client, now);
@@ -269,10 +240,7 @@ export class LockoutTracker {
     return until === 0 ? 0 : Math.ceil((until - now) / 1000);
   }
 
-  /**
-   * Records a failed authentication; returns the lock this failure caused,
-   * if any. A client that is locked already is not counted again.
-   */
+  /** Returns the lock this failure caused; a locked client is not counted again. */
   fail(client: string): LockEvent | null {
     if (this.retryAfter(client) > 0) return null;
     const now = this.#now();
@@ -301,7 +269,7 @@ export class LockoutTracker {
     return event;
   }
 
-  /** Bytes the counters and locks hold: fixed at construction, whatever the traffic. */
+  /** Fixed at construction, whatever the traffic. */
   get tableBytes(): number {
     return this.#addresses.bytes + this.#networks.bytes +
       this.#addressLocks.bytes + this.#networkLocks.bytes;

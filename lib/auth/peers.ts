@@ -1,18 +1,14 @@
 /**
- * The servers that share one store, as the registrations that leases keep
- * (lib/auth/lease.ts) show them: how many there are, and where this one ranks.
- * Per-key rate limits are split by it, so that no request costs a store
- * write and the installation as a whole still keeps each key's limit
+ * The servers sharing one store, as the leases' registrations show them:
+ * how many, and this one's rank, by which per-key rate limits are split
  * (docs/design.md, "Rate limits").
  *
- * Only registrations that may hold a lease count. A lease rests on the read
- * before the write of its registration's current version, and that write
- * came before the listing that first showed the version: a version seen
- * unchanged for longer than its lease holds none, whatever killed its
- * server (a crash, a failed start, a signal). Such a registration is
- * removed at that version, as a change's wait would (lib/store/acknowledged.ts),
- * so that no change waits for it either; a server that renewed meanwhile
- * keeps its registration.
+ * Only registrations that may hold a lease count. A lease rests on a read
+ * before the write of its registration's current version, which came
+ * before the listing that first showed it: a version seen unchanged for
+ * longer than its lease holds none, whatever killed its server. It is
+ * removed at that version, as a change's wait would, so that no change
+ * waits for it; a server that renewed meanwhile keeps its registration.
  *
  * @module
  */
@@ -21,29 +17,23 @@ import type { RateLimit } from "./rate_limit.ts";
 import { LEASE_MARGIN_MS, leaseOf } from "../store/registrations.ts";
 import type { InstanceRecord, InstanceRegistry } from "../store/types.ts";
 
-/** How often the registrations are listed: one small read per server. */
 const PEERS_POLL_MS = 1000;
 
 /** Options of {@linkcode Peers}. */
 export interface PeersOptions {
-  /** This server's registration id, once it has one (the lease's). */
+  /** The lease's registration id. */
   self: () => string | null;
-  /** How often to list the registrations; default 1 s. */
   pollMs?: number;
-  /**
-   * Hears the number of servers whenever a listing changes it: for the log,
-   * where an operator (and a test) sees the shares move.
-   */
+  /** Hears the number of servers whenever a listing changes it. */
   onChange?: (count: number) => void;
-  /** Monotonic milliseconds; `performance.now` unless set (tests). */
+  /** Monotonic milliseconds. */
   now?: () => number;
 }
 
 /**
- * This server's integer share of `limit.count` among `count` servers,
- * ranked `rank` (0-based): the shares of all ranks add up to the limit
- * exactly, and differ by at most one. Which ranks get the extra one turns
- * with `keyId`, so that no server holds every key's remainder.
+ * The integer share of rank `rank` among `count` servers: all add up to the
+ * limit and differ by at most one; the extra ones turn with `keyId`, so no
+ * server holds every key's remainder.
  */
 export function shareOf(
   limit: Pick<RateLimit, "count">,
@@ -63,7 +53,6 @@ export class Peers {
   #pollMs: number;
   #onChange: ((count: number) => void) | undefined;
   #now: () => number;
-  /** The registrations that count, this one's included when listed. */
   #ids: string[] = [];
   /** When each registration was first listed at its current version. */
   #seen = new Map<string, { version: string; since: number }>();
@@ -71,7 +60,6 @@ export class Peers {
   #running = false;
   #refreshing: Promise<void> | null = null;
 
-  /** Peers listed from `store`; nothing is read before {@linkcode start}. */
   constructor(
     store: Pick<InstanceRegistry, "instances" | "removeInstance">,
     options: PeersOptions,
@@ -83,14 +71,13 @@ export class Peers {
     this.#now = options.now ?? (() => performance.now());
   }
 
-  /** How many servers share the limits: this one at least. */
+  /** This one at least. */
   get count(): number {
     const self = this.#self();
     return this.#ids.length +
       (self !== null && this.#ids.includes(self) ? 0 : 1);
   }
 
-  /** This server's place among them, by registration id. */
   get rank(): number {
     const self = this.#self();
     if (self === null) return 0;
@@ -99,7 +86,6 @@ export class Peers {
     return index >= 0 ? index : this.#ids.filter((id) => id < self).length;
   }
 
-  /** This server's share of key `keyId`'s limit now. */
   share(limit: RateLimit, keyId: number): number {
     return shareOf(limit, { rank: this.rank, count: this.count, keyId });
   }
@@ -111,18 +97,13 @@ export class Peers {
     await this.refresh();
   }
 
-  /** Stops the polling. */
   async stop(): Promise<void> {
     this.#running = false;
     clearTimeout(this.#timer);
     await this.#refreshing;
   }
 
-  /**
-   * Lists the registrations now (shared with a listing under way). A store
-   * that cannot be read leaves the last view, on the safe side for a server
-   * that is still registered.
-   */
+  /** Lists now (shared); a store that cannot be read leaves the last view. */
   refresh(): Promise<void> {
     this.#refreshing ??= (async () => {
       try {
@@ -151,7 +132,7 @@ export class Peers {
     return this.#refreshing;
   }
 
-  /** Takes in a listing made at `now`; returns the lapsed registrations. */
+  /** Returns the lapsed registrations. */
   #judge(listed: InstanceRecord[], now: number): InstanceRecord[] {
     const self = this.#self();
     const seen = new Map<string, { version: string; since: number }>();

@@ -1,23 +1,16 @@
 /**
- * Per-key rate limits, enforced in memory by each server on its share of a
- * key's limit: no store read or write per request.
+ * Per-key rate limits, in memory, on each server's share of a key's limit
+ * ("N requests in any window of W"): no store read or write per request.
  *
- * A limit is "N requests in any window of W". Each server keeps, per key, a
- * log of the times of its accepted requests still in the last W, and
- * accepts a request at t only while fewer than its share lie in (t − W, t].
- * For a share up to 1024 (`EXACT_SHARE`) the log holds one time per
- * request, so the decision is exact: a client within its share is never
- * refused, one past it always is, and Retry-After and the reset are to the
- * millisecond (rounded up to whole seconds), never more than W. A larger
- * share is logged in groups of ⌈share / EXACT_SHARE⌉ requests, each at the
- * time of its latest: only the oldest group can hold requests already out of
- * the window, so the count is high by at most a group less one, under one
- * request in EXACT_SHARE of the share, and never low. Memory is at most
- * about EXACT_SHARE times per key that called within its window, within a
- * budget in bytes for all keys.
- *
- * How the shares follow the servers, and the bound across an installation,
- * are in docs/design.md ("Rate limits").
+ * Each server logs the times of its accepted requests still in the last W,
+ * and accepts one at t only while fewer than its share lie in (t − W, t].
+ * Up to `EXACT_SHARE` the log holds one time per request, so the decision
+ * is exact: within the share never refused, past it always, and Retry-After
+ * and the reset to the millisecond, never more than W. A larger share is
+ * logged in groups of ⌈share / EXACT_SHARE⌉, each at its latest time: the
+ * count is high by under one request in EXACT_SHARE, and never low.
+ * Memory stays within a budget in bytes for all keys. Shares across
+ * servers: docs/design.md ("Rate limits").
  *
  * @module
  */
@@ -35,25 +28,21 @@ export { isRateLimit, RATE_MAX_COUNT };
 /** What {@linkcode RateLimiter.take} decided, with what the headers say. */
 export interface RateDecision {
   ok: boolean;
-  /** Requests this server still accepts now, scaled to the whole installation. */
+  /** Scaled to the whole installation. */
   remaining: number;
-  /** Seconds until the oldest counted request leaves the window (0: none counted). */
+  /** Until the oldest counted request leaves the window (0: none counted). */
   resetSeconds: number;
-  /** When refused: seconds until one more request is accepted here. */
   retryAfterSeconds: number;
 }
 
 /** Options of {@linkcode RateLimiter}. */
 export interface RateLimiterOptions {
-  /** Monotonic milliseconds; tests move it. */
+  /** Monotonic milliseconds. */
   now?: () => number;
-  /** The largest share counted request by request (tests lower it). */
   exactShare?: number;
-  /** Bytes all keys' logs may take; idle keys go first, then the least recent. */
   maxBytes?: number;
 }
 
-/** The largest share a server counts exactly, one time per request. */
 const EXACT_SHARE = 1024;
 
 /** A key's bytes besides its entries: Map entry, object, arrays (measured: 550). */
@@ -61,7 +50,6 @@ const KEY_BYTES = 600;
 /** An entry's bytes: its time and its count. */
 const ENTRY_BYTES = 12;
 
-/** The units a limit may be written in, in seconds. */
 const UNITS: Record<string, number> = {
   s: 1,
   sec: 1,
@@ -76,11 +64,9 @@ const UNITS: Record<string, number> = {
 };
 
 /**
- * Reads `600/min`, `10/s`, `1000/h`, `50000/day` (also `/second`, `/minute`,
- * `/hour`), with an optional number of units (`100/10s`, `5000/15min`, as
- * {@linkcode formatRate} writes a window it has no unit for); `none` is null
- * (no limit). Throws {@linkcode RateSyntaxError} for anything else, so that
- * a typo is never read as "no limit".
+ * Reads `600/min`, `100/10s`, `50000/day`…; `none` is null. Throws
+ * {@linkcode RateSyntaxError} for anything else, so that a typo is never
+ * read as "no limit".
  */
 export function parseRate(text: string): RateLimit | null {
   const trimmed = text.trim().toLowerCase();
@@ -120,10 +106,7 @@ const WRITTEN: Record<number, string> = {
 
 /** A rate the console or the configuration could not read. */
 export class RateSyntaxError extends Error {
-  /**
-   * `rate_syntax`, `rate_too_large`, or `invalid_rateLimit` for a count of
-   * 0 (the store's code for a limit out of range).
-   */
+  /** `invalid_rateLimit` (a count of 0) is the store's code for a limit out of range. */
   readonly code: "rate_syntax" | "rate_too_large" | "invalid_rateLimit";
   constructor(code: RateSyntaxError["code"], text: string) {
     const rate = `Rate '${text.slice(0, 40)}'`;
@@ -140,17 +123,13 @@ export class RateSyntaxError extends Error {
 }
 
 interface Counter {
-  /** The window of the last request: what counts as in it. */
+  /** The window of the last request. */
   windowMs: number;
-  /**
-   * Ring of entries, oldest first from `head`, its length a power of two:
-   * the time of an entry's latest request, and how many it holds.
-   */
+  /** A ring, oldest first from `head`, its length a power of two. */
   times: Float64Array;
   counts: Uint32Array;
   head: number;
   length: number;
-  /** The entries' counts, summed. */
   total: number;
   /** When the key last moved to the back of the eviction order. */
   moved: number;
@@ -167,28 +146,24 @@ export class RateLimiter {
   #bytes = 0;
   #counters = new Map<number, Counter>();
 
-  /** A limiter with its own clock, or performance.now() (never going back). */
   constructor(options: RateLimiterOptions = {}) {
     this.#now = options.now ?? (() => performance.now());
     this.#exactShare = options.exactShare ?? EXACT_SHARE;
     this.#maxBytes = options.maxBytes ?? 64 * 1024 * 1024;
   }
 
-  /** How many keys hold counts now. */
   get size(): number {
     return this.#counters.size;
   }
 
-  /** The bytes the keys' counts are reckoned to take, within `maxBytes`. */
   get bytes(): number {
     return this.#bytes;
   }
 
   /**
-   * Counts one request of key `keyId` under `limit` if this server's `share`
-   * of it (requests per window; 0 refuses all) has room, and says so.
-   * `scale` turns this server's remaining share into the installation's
-   * (the number of servers sharing the limit) for the headers.
+   * Counts one request if this server's `share` (0 refuses all) has room;
+   * `scale` (the servers sharing it) turns what remains into the
+   * installation's, for the headers.
    */
   take(
     keyId: number,
@@ -250,12 +225,6 @@ export class RateLimiter {
     };
   }
 
-  /** Drops every count: for tests, and when the limits were reloaded wholesale. */
-  clear(): void {
-    this.#counters.clear();
-    this.#bytes = 0;
-  }
-
   /** Logs one accepted request, in the newest entry while it holds < `group`. */
   #count(keyId: number, counter: Counter, now: number, group: number): void {
     counter.total++;
@@ -276,7 +245,7 @@ export class RateLimiter {
     counter.length++;
   }
 
-  /** Doubles a full ring: a share larger than it had room for. */
+  /** Doubles a full ring. */
   #grow(keyId: number, counter: Counter, now: number): void {
     const old = counter.times.length;
     const size = Math.max(4, old * 2);

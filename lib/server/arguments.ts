@@ -1,7 +1,6 @@
 /**
- * The server's command line: it takes no arguments, as every setting is an
- * environment variable, except `--help` (or `-h`), which lists them, and
- * `--version`.
+ * The server's command line: no arguments, as every setting is an
+ * environment variable, but `--help` (`-h`) and `--version`.
  *
  * @module
  */
@@ -9,18 +8,14 @@
 import { WHOLE_NUMBERS } from "./config.ts";
 import { SERVER_VARIABLES } from "./permissions.ts";
 
-/** Where the variables are described in full. */
 const DOCS = "docs/operators.md#configuration";
 
-/** What a command line asks the server to do. */
 export type StartRequest = "serve" | "help" | "version";
 
 /** An argument the server does not take; exit code 2, as for a usage error. */
 export class StartArgumentsError extends Error {
   override name = "StartArgumentsError";
-  /** Stable, for a caller to match on. */
   readonly code = "arguments_refused";
-  /** The exit code of a usage error. */
   readonly exitCode = 2;
   constructor() {
     super(
@@ -29,12 +24,7 @@ export class StartArgumentsError extends Error {
   }
 }
 
-/**
- * What `args` asks for: none to serve, `--help` or `-h` alone for the
- * summary of the variables, `--version` alone for the release; anything
- * else throws a
- * {@linkcode StartArgumentsError}, which never repeats the arguments.
- */
+/** What `args` asks for; anything else throws, never repeating the arguments. */
 export function readStartArguments(args: readonly string[]): StartRequest {
   if (args.length === 0) return "serve";
   if (args.length === 1 && (args[0] === "--help" || args[0] === "-h")) {
@@ -44,7 +34,6 @@ export function readStartArguments(args: readonly string[]): StartRequest {
   throw new StartArgumentsError();
 }
 
-/** What each variable the server reads sets, in a few words. */
 const MEANINGS: Record<(typeof SERVER_VARIABLES)[number], string> = {
   PORT: "port to listen on, 0 for any free port",
   HOST: "address to listen on (default 0.0.0.0; :: for dual-stack)",
@@ -63,7 +52,7 @@ const MEANINGS: Record<(typeof SERVER_VARIABLES)[number], string> = {
   SOCKET_PATH: "listen on this Unix socket instead of HOST:PORT",
 };
 
-/** The `--help` text: usage, then one line per variable, with its default and range. */
+/** The `--help` text: one line per variable, with its default and range. */
 export function startHelp(): string {
   const width = Math.max(...SERVER_VARIABLES.map((name) => name.length));
   const lines = SERVER_VARIABLES.map((name) => {

@@ -1,22 +1,19 @@
 /**
- * Reads the service's configuration from environment variables.
- *
- * Every variable is parsed in one place so that a bad value stops the start
- * with one line naming the variable and what it accepts, before anything
- * listens or opens the store.
+ * The configuration, from environment variables, parsed in one place so that
+ * a bad value stops the start with one line naming the variable and what it
+ * accepts, before anything listens or opens the store.
  *
  * @module
  */
 
 import { DEFAULT_KV_PATH, type StoreLocation } from "../store/location.ts";
-export { DEFAULT_KV_PATH, type StoreLocation };
+export type { StoreLocation };
 import { DEFAULT_LOCKOUT } from "../auth/lockout.ts";
 import {
   parseRate,
   type RateLimit,
   RateSyntaxError,
 } from "../auth/rate_limit.ts";
-export { DEFAULT_LOCKOUT };
 import {
   type Cidr,
   type CidrProblem,
@@ -25,10 +22,6 @@ import {
   withoutLeadingZeros,
 } from "../net/ip.ts";
 
-/**
- * What is wrong with a range, in the words of a configuration message; a
- * leading zero's words name the number and the fix ({@linkcode rangeProblem}).
- */
 const RANGE_PROBLEMS: Record<Exclude<CidrProblem, "leading_zero">, string> = {
   not_an_address: "that is no IPv4 or IPv6 address",
   prefix_malformed:
@@ -38,15 +31,10 @@ const RANGE_PROBLEMS: Record<Exclude<CidrProblem, "leading_zero">, string> = {
     "its host bits must be zero: write the network's first address, such as 10.0.0.0/8",
 };
 
-/**
- * What is wrong with `text` as a range, in the words of a message, with the
- * range to write instead where one can be told (`10.0.0.0/8` for
- * `010.0.0.0/8`); "that is no IPv4 or IPv6 address" if it is in fact one.
- */
+/** What is wrong with `text` as a range, with the range to write where one can be told. */
 export function rangeProblem(text: string): string {
   const problem = cidrProblem(text) ?? "not_an_address";
   if (problem !== "leading_zero") return RANGE_PROBLEMS[problem];
-  // The first number at fault, such as 010 (at most three digits).
   const zeroed = /(?:^|[.:])(0\d{1,2})(?=[./]|$)/.exec(text)?.[1];
   const bare = withoutLeadingZeros(text);
   return `leading zeros are not allowed, as ${
@@ -56,34 +44,20 @@ export function rangeProblem(text: string): string {
   }`;
 }
 
-/** The server's configuration, fully parsed and validated. */
+/** The server's configuration, parsed and validated. */
 export interface Config {
-  /** TCP port to listen on. */
   port: number;
-  /** Address to listen on. */
   hostname: string;
-  /**
-   * Share the port with other server processes on this host (SO_REUSEPORT,
-   * Linux): the kernel spreads new connections over them, one core each.
-   */
+  /** SO_REUSEPORT (Linux): the kernel spreads connections over the processes. */
   reusePort: boolean;
-  /**
-   * A Unix socket to listen on instead of HOST:PORT, for a proxy on the same
-   * host (deploy/nginx.conf); null to listen on TCP.
-   */
+  /** A Unix socket for a proxy on the same host, instead of HOST:PORT. */
   socketPath: string | null;
-  /** The store the keys are kept in. */
   store: StoreLocation;
-  /**
-   * The reverse proxies whose X-Forwarded-For is believed. Empty: the header
-   * is ignored and the client is the TCP peer.
-   */
+  /** Whose X-Forwarded-For is believed; empty: the client is the TCP peer. */
   trustedProxies: Cidr[];
-  /** Lock-out of clients that keep failing authentication. */
   lockout: { maxFailures: number; windowSeconds: number; lockSeconds: number };
-  /** Certificate and private key files (PEM) when the server speaks HTTPS itself. */
+  /** PEM files, when the server speaks HTTPS itself. */
   tls: { certFile: string; keyFile: string } | null;
-  /** Bounds on connections, so idle or slow clients cannot exhaust the server. */
   connections: {
     headerTimeoutSeconds: number;
     idleTimeoutSeconds: number;
@@ -96,22 +70,18 @@ export class ConfigError extends Error {
   override name = "ConfigError";
 }
 
-/** Reads one variable; returns undefined when unset. */
+/** Reads one variable; undefined when unset. */
 export type EnvReader = (name: string) => string | undefined;
 
 /** Options of {@linkcode readStoreLocation} and {@linkcode readConfig}. */
 export interface ReadOptions {
-  /**
-   * The variables the `.env` file defines ({@linkcode envFileNames}), asked
-   * only to word a conflict: a variable set there is easily forgotten.
-   */
+  /** Asked only to word a conflict: a variable set in `.env` is easily forgotten. */
   envFileNames?: () => ReadonlySet<string>;
 }
 
 /**
- * The names the `.env` file in the working folder defines, which the tasks
- * load with Deno's `--env-file`; empty when there is none or it may not be
- * read (the tasks grant reading it only when the configuration is wrong).
+ * The names `.env` defines (the tasks load it with `--env-file`); empty when
+ * it may not be read: the tasks grant that only when the configuration is wrong.
  */
 export function envFileNames(
   options: { path?: string } = {},
@@ -131,10 +101,7 @@ export function envFileNames(
   return names;
 }
 
-/**
- * The store location alone, for the admin console, which does not listen:
- * PostgreSQL when `DATABASE_URL` is set, else Deno KV at `DENO_KV_PATH`.
- */
+/** The store location alone, for the console: PostgreSQL when `DATABASE_URL` is set, else Deno KV. */
 export function readStoreLocation(
   env: EnvReader,
   options: ReadOptions = {},
@@ -159,9 +126,8 @@ export function readStoreLocation(
 }
 
 /**
- * The message for DATABASE_URL and DENO_KV_PATH both set, saying which comes
- * from `.env`: with one in the shell and the other in `.env` (a move to
- * PostgreSQL, run in the old checkout), "unset one" alone finds nothing.
+ * Says which of the two comes from `.env`: with one in the shell and the
+ * other in `.env`, "unset one" alone finds nothing.
  */
 function bothStores(inFile: ReadonlySet<string>): string {
   const both = "DATABASE_URL and DENO_KV_PATH";
@@ -180,7 +146,6 @@ function bothStores(inFile: ReadonlySet<string>): string {
   return `${both} are both set in the environment (not in .env); unset one, ${reason}`;
 }
 
-/** The units a duration may be given in, in milliseconds. */
 const DURATION_UNITS: Record<string, number> = {
   s: 1000,
   m: 60_000,
@@ -188,20 +153,13 @@ const DURATION_UNITS: Record<string, number> = {
   d: 86_400_000,
 };
 
-/**
- * A duration such as 60s, 15m, 2h or 7d, in milliseconds; null when the text
- * is not one (a whole number above 0 and one of the units s, m, h, d).
- */
+/** A duration such as 60s, 15m, 2h or 7d, in milliseconds; null when the text is not one. */
 export function parseDuration(text: string): number | null {
   const match = /^([1-9]\d{0,8})([smhd])$/.exec(text.trim());
   return match === null ? null : Number(match[1]) * DURATION_UNITS[match[2]];
 }
 
-/**
- * `KEY_MAX_LIFETIME`, the longest a new key may live and the lifetime of a
- * key created without one, in milliseconds; null when unset (keys may live
- * for ever). Read by the console, which creates keys.
- */
+/** `KEY_MAX_LIFETIME` in milliseconds, for the console; null when unset. */
 export function readKeyMaxLifetime(env: EnvReader): number | null {
   const raw = nonEmpty(env, "KEY_MAX_LIFETIME");
   if (raw === undefined) return null;
@@ -224,11 +182,7 @@ export function readKeyMaxLifetime(env: EnvReader): number | null {
   return ms;
 }
 
-/**
- * `KEY_RATE_LIMIT`, the rate limit of a new key created without `--rate`
- * (such as `600/min`); null when unset or `none`. Read like
- * `KEY_MAX_LIFETIME`: by the console, when it creates a key.
- */
+/** `KEY_RATE_LIMIT`, for the console; null when unset or `none`. */
 export function readKeyRateLimit(env: EnvReader): RateLimit | null {
   const raw = nonEmpty(env, "KEY_RATE_LIMIT");
   if (raw === undefined) return null;
@@ -240,7 +194,7 @@ export function readKeyRateLimit(env: EnvReader): RateLimit | null {
   }
 }
 
-/** The whole-number settings: each variable with its default and range, once. */
+/** Each whole-number variable with its default and range, once. */
 export const WHOLE_NUMBERS = {
   PORT: { default: 8000, min: 0, max: 65535 },
   LOCKOUT_MAX_FAILURES: {
@@ -264,7 +218,6 @@ export const WHOLE_NUMBERS = {
   REUSE_PORT: { default: 0, min: 0, max: 1 },
 } as const;
 
-/** The whole server configuration. */
 export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
   const whole = (name: keyof typeof WHOLE_NUMBERS) =>
     integer(env, name, WHOLE_NUMBERS[name]);
@@ -323,7 +276,7 @@ function trustedProxies(env: EnvReader): Cidr[] {
   });
 }
 
-/** The longest path a Unix socket address holds on Linux (sun_path, 108 bytes, NUL included). */
+/** Linux's sun_path: 108 bytes, NUL included. */
 const SOCKET_PATH_MAX = 107;
 
 function socketPath(env: EnvReader): string | null {
@@ -371,17 +324,10 @@ function nonEmpty(env: EnvReader, name: string): string | undefined {
   return value === undefined || value.trim() === "" ? undefined : value.trim();
 }
 
-interface IntegerRule {
-  default: number;
-  min: number;
-  max: number;
-}
-
-/** Parses a whole number in range; exported for the variables later modules add. */
-export function integer(
+function integer(
   env: EnvReader,
   name: string,
-  rule: IntegerRule,
+  rule: { default: number; min: number; max: number },
 ): number {
   const raw = nonEmpty(env, name);
   if (raw === undefined) return rule.default;

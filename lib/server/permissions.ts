@@ -1,12 +1,8 @@
 /**
- * The Deno permissions a configuration needs, derived from it rather than
- * written by hand: the start and keys tasks, the Docker image and the
- * compiled binary all get exactly these, so an operator may put the store,
- * the TLS files and the database wherever they like while the process may
- * touch nothing else.
- *
- * Each grant remembers the setting that asked for it, so that a refusal can
- * name the variable to change and the command that would grant it.
+ * The Deno permissions a configuration needs, derived from it: the tasks,
+ * the Docker image and the compiled binary get exactly these, so the store
+ * and TLS files may be anywhere while the process touches nothing else.
+ * Each grant names the setting that asked for it, for a refusal to name.
  *
  * @module
  */
@@ -17,9 +13,8 @@ import { ConfigError } from "./config.ts";
 /** One permission, and the setting (a variable or an argument) that needs it. */
 export interface Grant {
   kind: "net" | "read" | "write" | "env" | "sys";
-  /** A host:port, a path, a variable name or a sys call, as Deno's flags take it. */
+  /** As Deno's flags take it. */
   value: string;
-  /** What asks for it, named in a refusal: `DENO_KV_PATH`, `FILE`… */
   by: string;
 }
 
@@ -53,7 +48,7 @@ export const CONSOLE_VARIABLES = [
   "KEY_RATE_LIMIT",
 ] as const;
 
-/** What the server needs: its listening address, its store, its TLS files, its variables. */
+/** What the server needs. */
 export function serverGrants(config: Config): Grant[] {
   const grants: Grant[] = [
     ...SERVER_VARIABLES.map((name) => env(name)),
@@ -85,11 +80,7 @@ export function serverGrants(config: Config): Grant[] {
   return checked(grants);
 }
 
-/**
- * What the console needs: its store, who is acting, and the files its
- * command line names (`keys export FILE` writes beside FILE, as it writes a
- * temporary file first; `keys import FILE` reads FILE).
- */
+/** What the console needs, with the files its command line names. */
 export function consoleGrants(
   store: StoreLocation,
   options: { read?: string[]; write?: string[] } = {},
@@ -153,17 +144,13 @@ function env(name: string, by = name): Grant {
   return { kind: "env", value: name, by };
 }
 
-/**
- * Reading `.env`, granted only when the configuration is wrong, so that the
- * message can say which variable comes from there.
- */
+/** Granted only when the configuration is wrong, for the message to say what comes from `.env`. */
 export const ENV_FILE_GRANT: Grant = {
   kind: "read",
   value: ".env",
   by: "the message about .env",
 };
 
-/** Read access to each variable named. */
 export function variableGrants(names: readonly string[]): Grant[] {
   return names.map((name) => env(name));
 }
@@ -174,7 +161,6 @@ function hostPort(hostname: string, port: number): string {
   return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
-/** The folder a path is in, "." for a bare file name. */
 export function folderOf(path: string): string {
   const slash = path.lastIndexOf("/");
   if (slash < 0) return ".";
@@ -229,7 +215,6 @@ export function permissionFlags(grants: Grant[]): string[] {
   });
 }
 
-/** The grants this process does not hold. */
 function missingGrants(grants: Grant[]): Grant[] {
   return grants.filter((grant) =>
     Deno.permissions.querySync(
@@ -252,7 +237,6 @@ const DESCRIPTOR_FIELD = {
 /** A permission the configuration needs and the process lacks; its message is for the operator as is. */
 export class PermissionsMissingError extends Error {
   override name = "PermissionsMissingError";
-  /** What is missing, for callers that word it themselves. */
   readonly missing: Grant[];
 
   constructor(message: string, missing: Grant[]) {
@@ -262,11 +246,9 @@ export class PermissionsMissingError extends Error {
 }
 
 /**
- * Throws {@linkcode PermissionsMissingError} when the process lacks any of
- * `grants`, naming the settings that ask for them and a command that grants
- * them: `task` where Deno's task runner can pass them on, the whole
- * `deno run` line where it cannot (a path with a space), and for a compiled
- * binary the compile command.
+ * Throws {@linkcode PermissionsMissingError} naming what asks for the grants
+ * missing and a command that grants them: `task`, or the whole `deno run`
+ * line for a path the task runner cannot pass, or the compile command.
  */
 export function requireGrants(
   grants: Grant[],
@@ -325,7 +307,7 @@ function describe(grant: Grant): string {
 }
 
 /** Words as one POSIX shell command line, quoted where a shell would split or expand them. */
-export function shellCommand(words: string[]): string {
+function shellCommand(words: string[]): string {
   return words.map((word) =>
     /^[\w@%+=:,./[\]-]+$/.test(word)
       ? word

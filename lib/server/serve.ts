@@ -1,25 +1,14 @@
 /**
- * Serves HTTP/1.1 and HTTP/2 (over TLS too) with the connection controls
- * `Deno.serve` lacks: survived accept errors, a deadline for the first
- * request head, an idle timeout for keep-alive connections, a connection cap
- * shared fairly between client addresses, and a bound on request bodies
- * nobody reads.
+ * HTTP/1.1 and HTTP/2 with the connection controls `Deno.serve` lacks in
+ * Deno 2.9: its accept loop ends the server on the first accept error, so
+ * EMFILE under a flood exits the process (denoland/deno#10148); it has no
+ * header or keep-alive timeout (denoland/deno#3515, #32497); it never shows
+ * JavaScript a connection; and it reads an unread request body to its end.
  *
- * Why not `Deno.serve`: in Deno 2.9 its accept loop (`op_http_serve` in
- * ext/http/http_next.rs) ends the server on the first accept error, so
- * EMFILE under a connection flood rejects `finished` and the process exits
- * (denoland/deno#10148); it has no header read or keep-alive timeout
- * (denoland/deno#3515, #32497); it never tells JavaScript about a connection,
- * so none can be closed from here; and after responding to a request with a
- * body it reads that body to the end, however long (`discard_body_with_scratch`
- * in libs/http_h1).
- *
- * So this module owns the accept loop with `Deno.listen` / `Deno.listenTls`
- * and hands each accepted connection to Deno's own HTTP engine through
- * `serveHttpOnConnection` (the internal that Deno's tests use for the same
- * purpose, `Deno[Deno.internal]`). Requests still take Deno's native path: no
- * byte passes through JavaScript. Each connection gets an abort signal, which
- * drops the connection in Rust, fd included; one timer sweeps all connections.
+ * So this module owns the accept loop and hands each connection to Deno's
+ * own HTTP engine through the internal `serveHttpOnConnection` (as Deno's
+ * tests do): no byte passes through JavaScript, and an abort signal drops
+ * the connection in Rust, fd included.
  *
  * @module
  */
@@ -28,23 +17,19 @@ import { FairSlots, type Slot, slotAddress } from "./fair_slots.ts";
 
 /** The limits applied to every connection. */
 export interface ConnectionLimits {
-  /** A new connection must deliver its first complete request head within this. */
+  /** For a new connection's first complete request head. */
   headerTimeoutMs: number;
-  /** A connection with no request in progress is closed after this. */
+  /** For a connection with no request in progress. */
   idleTimeoutMs: number;
-  /** Open connections; at the cap the busiest client address gives one up. */
+  /** At the cap the busiest client address gives one up. */
   maxConnections: number;
-  /**
-   * After responding to a request that announced a body nobody reads, the
-   * connection is closed this long after the handler returned, so the
-   * response can leave but the body is not read on.
-   */
+  /** After answering a request whose body nobody reads, the connection lives this long, so the answer leaves but the body is not read. */
   bodyLingerMs: number;
   /** On shutdown, requests in progress may take this long; then they are cut. */
   shutdownGraceMs: number;
 }
 
-/** Defaults for {@linkcode ConnectionLimits}; docs/operators.md lists the same. */
+/** docs/operators.md lists the same. */
 export const DEFAULT_LIMITS: ConnectionLimits = {
   headerTimeoutMs: 10_000,
   idleTimeoutMs: 30_000,
@@ -63,12 +48,9 @@ export interface ServeEvent {
 export interface ServeOptions {
   hostname: string;
   port: number;
-  /**
-   * Share the port with other processes that set it too (SO_REUSEPORT,
-   * Linux only): the kernel spreads new connections over them.
-   */
+  /** SO_REUSEPORT (Linux): the kernel spreads connections over the processes. */
   reusePort?: boolean;
-  /** PEM certificate and key: HTTPS with HTTP/2 and HTTP/1.1 by ALPN. */
+  /** PEM: HTTPS with HTTP/2 and HTTP/1.1 by ALPN. */
   tls?: { cert: string; key: string } | null;
   limits?: Partial<ConnectionLimits>;
   onListen?: (addr: Deno.NetAddr | Deno.UnixAddr) => void;
@@ -82,11 +64,9 @@ export interface GuardedServer {
   readonly finished: Promise<void>;
   /** Stops accepting, lets requests in progress finish, then resolves. */
   shutdown(): Promise<void>;
-  /** How many connections are open now. */
   connectionCount(): number;
 }
 
-/** The handler type `Deno.serve` takes. */
 export type ServeHandler = (
   request: Request,
   info: Deno.ServeHandlerInfo<Deno.NetAddr | Deno.UnixAddr>,
@@ -122,19 +102,16 @@ function _serveOnConnection(): ServeOnConnection {
   return serveOn as ServeOnConnection;
 }
 
-/** One accepted connection and what the sweeper needs to judge it. */
 class _Connection {
   readonly abort = new AbortController();
-  /** Requests whose handler has not returned yet (HTTP/2 runs several). */
+  /** Handlers not returned yet (HTTP/2 runs several). */
   inFlight = 0;
-  /** Requests seen so far; 0 means the first head is still awaited. */
+  /** 0: the first head is still awaited. */
   requests = 0;
-  /** When the connection last went quiet: accepted, or a handler returned. */
+  /** Accepted, or a handler returned. */
   quietSince = performance.now();
-  /** A request announced a body that nobody will read. */
   bodyUnread = false;
   closed = false;
-  /** Deno's server for this one connection, once it runs. */
   server?: { shutdown(): Promise<void> };
   slot?: Slot<_Connection>;
 
@@ -163,12 +140,10 @@ export function abortConnection(controller: AbortController): void {
 }
 
 /**
- * Aborting a connection whose peer has just gone races Deno's own cleanup:
- * its abort listener then throws BadResource from inside `abort()`, which
- * an event listener can only report as uncaught, ending the process. While
- * one of our closes runs, that one error is expected and harmless (the
- * connection is gone either way), so it alone is kept from ending the
- * process; every other error is left alone.
+ * Aborting a connection whose peer has just gone races Deno's cleanup: its
+ * abort listener throws BadResource from inside `abort()`, reported as
+ * uncaught, which ends the process. That one error, during one of our
+ * closes, is harmless and kept from ending it; every other is left alone.
  */
 let _closing = 0;
 let _closeGuardInstalled = false;
@@ -184,11 +159,9 @@ function _installCloseGuard(): void {
 }
 
 /**
- * Listens and serves `handler` under {@linkcode ConnectionLimits}.
- *
- * The server never stops on its own: an accept error (EMFILE, ENFILE,
- * ENOBUFS, ...) closes idle connections, heaviest address first, and
- * retries after a short pause that grows while errors repeat.
+ * Serves `handler` under {@linkcode ConnectionLimits}. It never stops on its
+ * own: an accept error closes idle connections, heaviest address first, and
+ * retries after a pause that grows while errors repeat.
  */
 export function serveGuarded(
   handler: ServeHandler,
@@ -309,8 +282,6 @@ export function serveGuarded(
         conn = await listener.accept();
       } catch (error) {
         if (stopping) break;
-        // Out of descriptors or memory: free some. Whatever the error, wait
-        // a little longer each time it repeats, and never give up.
         const code = _errorCode(error);
         if (_EXHAUSTION_CODES.has(code)) shedIdle(8);
         pauseMs = Math.min(1000, pauseMs === 0 ? 10 : pauseMs * 2);
@@ -372,7 +343,6 @@ export function serveGuarded(
   };
 }
 
-/** Accept errors that mean the process is out of a resource connections hold. */
 const _EXHAUSTION_CODES = new Set(["EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"]);
 
 function _settle(
@@ -415,9 +385,7 @@ function _announcesBody(request: Request): boolean {
 function _closeQuietly(resource: { close(): void }): void {
   try {
     resource.close();
-  } catch {
-    // Already closed.
-  }
+  } catch { /* already closed */ }
 }
 
 function _errorCode(error: unknown): string {

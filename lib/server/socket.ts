@@ -1,11 +1,3 @@
-/**
- * Serving on a Unix socket behind a proxy on the same host: `Deno.serve`'s
- * own accept loop, with no TCP port a stranger could reach, so the proxy
- * bounds handshakes, heads, idle connections and bodies (docs/operators.md).
- *
- * @module
- */
-
 import {
   type GuardedServer,
   rateLimitedEvents,
@@ -24,27 +16,21 @@ export class SocketPathError extends Error {
   }
 }
 
-/** Where a server behind a proxy on the same host listens. */
 export interface SocketOptions {
-  /** The Unix socket's path; a stale socket there is replaced. */
+  /** A stale socket there is replaced. */
   path: string;
   onListen?: (addr: Deno.UnixAddr) => void;
   onEvent?: (event: ServeEvent) => void;
 }
 
 /**
- * Serves `handler` on a Unix socket with `Deno.serve`'s own accept loop and
- * no connection guard: for nginx on the same host (deploy/nginx.conf), which
- * is then the only client. The guard's limits are the proxy's there: it
- * bounds the TLS handshake, the head, idle connections and bodies before a
- * request reaches the socket, and its `max_conns` keeps the connections it
- * opens here below this process's descriptors (`Deno.serve` still stops on
- * the first accept error). Measured behind nginx, this path took about a
- * fifth less CPU per request than the guard and 12 MB less memory at 128
- * connections (docs/performance.md).
- *
- * Who may connect is decided by the socket file's folder: give it one only
- * the service's user and nginx's group can enter.
+ * Serves on a Unix socket with `Deno.serve`'s own accept loop, no guard: for
+ * nginx on the same host (deploy/nginx.conf), the only client, which bounds
+ * handshakes, heads, idle connections and bodies, and whose `max_conns`
+ * keeps this process below its descriptors (`Deno.serve` still stops on the
+ * first accept error). Behind nginx this took a fifth less CPU per request
+ * and 12 MB less memory than the guard (docs/performance.md). Who may
+ * connect is decided by the socket file's folder.
  */
 export async function serveOnSocket(
   handler: ServeHandler,
@@ -79,10 +65,9 @@ export async function serveOnSocket(
 }
 
 /**
- * Clears the way to listen at `path`: nothing there is fine; a socket left
- * by a server that is gone is removed; a socket a server still listens on,
- * or anything that is not a socket, is refused, as removing it would take
- * that server off the proxy or delete the operator's file.
+ * Removes a socket left by a server that is gone; refuses a live socket or
+ * anything else, as removing it would take that server off the proxy or
+ * delete the operator's file.
  */
 async function _removeStaleSocket(path: string): Promise<void> {
   let info: Deno.FileInfo;
