@@ -1,6 +1,7 @@
 /**
  * Lock-out of clients that keep failing authentication (spec section 7),
- * in a sliding window estimated from two fixed ones, at three levels: an
+ * counted over the current fixed window and the whole previous one, at
+ * three levels: an
  * address (IPv6 per /64), its network (/24, IPv6 /48), and everywhere, past
  * which an address is locked at its first failure (each attacking address
  * buys one guess; nobody is refused for the global rate alone).
@@ -128,14 +129,20 @@ class CountSketch {
     for (const i of at) {
       if (this.#current[i] === least) this.#current[i] = least + 1;
     }
-    return this.#estimate(at, now, windowMs);
+    return this.#estimate(at);
   }
 
-  #estimate(at: Uint32Array, now: number, windowMs: number): number {
-    const overlap = 1 - (now - this.#start) / windowMs;
+  /**
+   * The whole previous window counts, not a share by how much of it still
+   * overlaps: failures bunched at its end are inside the sliding window,
+   * and weighted down they let a client 2 × the threshold less one 401s
+   * within one window. Whole, any stretch of one window sees at most the
+   * threshold; the price is that a failure counts for up to two windows.
+   */
+  #estimate(at: Uint32Array): number {
     let least = Infinity;
     for (const i of at) {
-      least = Math.min(least, this.#current[i] + this.#previous[i] * overlap);
+      least = Math.min(least, this.#current[i] + this.#previous[i]);
     }
     return least;
   }
