@@ -1,30 +1,20 @@
 /**
- * The API-key authentication step that every authenticated route runs, in
- * this order, owned here and nowhere else:
+ * The API-key step of every authenticated route, in this order:
  *
- * 1. the key's format, then its hash, the index of stored hashes and the
- *    lookup, from memory under this process's lease (lib/auth/key_lookup.ts);
+ * 1. the key's format, hash, the index of stored hashes and the lookup
+ *    (lib/auth/key_lookup.ts);
  * 2. a key used from outside its `allowFrom` fails exactly as an invalid
- *    key does (same 401, counted toward the lock-out), logged and noted on
- *    the key (lib/usage/networks.ts);
- * 3. a request that failed meets the lock-out: 429 while its client is
- *    locked, else the failure is counted and answered 401;
- * 4. a key with a rate limit takes one request from this server's share
- *    of it (lib/auth/rate_limit.ts, lib/auth/peers.ts), in memory: past it,
- *    429 `rate_limited` with `Retry-After`, never counted toward the
- *    lock-out; within it, the `RateLimit` fields for the route's answer;
- * 5. a success is noted (last used, the network) and the key's record
- *    handed to the route.
+ *    one (same 401, counted toward the lock-out), logged and noted;
+ * 3. a failed request meets the lock-out: 429 while its client is locked,
+ *    else counted and answered 401;
+ * 4. a key with a rate limit takes one request from this server's share:
+ *    past it 429 `rate_limited`, never counted toward the lock-out;
+ * 5. a success is noted and the key's record handed to the route.
  *
- * The lock-out comes after the key because it exists for clients that
- * retry a failing request: it answers only requests that fail anyway, so
- * no lock (earned, shared with a network, or false under a flood that
- * fills its tables) ever refuses a valid key. What that costs under a
- * flood, and why the key's entropy and not the lock-out bounds guessing,
- * is in docs/design.md ("Lock-out levels").
- *
- * Every outcome is counted by route. A route never sees a request whose key
- * was not valid at the moment the request was checked.
+ * The lock-out comes after the key: it answers only requests that fail
+ * anyway, so no lock (earned, shared with a network, or false under a
+ * flood) ever refuses a valid key; docs/design.md ("Lock-out levels") says
+ * what that costs. A route never sees a key that was not valid when checked.
  *
  * @module
  */
@@ -65,47 +55,34 @@ export type AuthDecision =
   | {
     ok: true;
     key: KeyRecord;
-    /** Fields for the route's answer: the key's `RateLimit` ones, if any. */
+    /** The key's `RateLimit` fields, for the route's answer. */
     headers?: [string, string][];
   }
   | { ok: false; response: Response };
 
 /** Options of {@linkcode createAuthenticator}. */
 export interface AuthenticatorOptions {
-  /** Default: the configuration's defaults (DEFAULT_LOCKOUT in lib/auth/lockout.ts). */
   lockout?: LockoutTracker;
-  /** Notes which keys are used; written off the request path. */
   lastUsed?: LastUsedRecorder;
-  /** Notes networks used and uses refused; written off the request path. */
   usage?: UsageRecorder;
-  /** Receives a line per lock, per key found exposed in a URL and per use refused by `allowFrom`. */
+  /** Hears each lock, key exposed in a URL and use refused by `allowFrom`. */
   log?: (fields: Record<string, unknown>) => void;
-  /** This process's lease, under which keys are looked up from memory. */
   lease?: Lease;
-  /** Counts the writes made off the request path, for a stop to wait for. */
   background?: BackgroundWrites;
-  /** The clock, in milliseconds: Date.now unless set; tests pin it. */
   now?: () => number;
-  /** Counts requests of keys with a rate limit; default one of its own. */
   rateLimiter?: RateLimiter;
-  /**
-   * The servers sharing the store, whose count splits each limit; without
-   * it this server enforces the whole limit, as if alone.
-   */
+  /** Without it this server enforces each whole limit, as if alone. */
   peers?: Pick<Peers, "count" | "share">;
 }
 
-/** The step, bound to one store. */
 export interface Authenticator {
-  /** Authenticates a request from `client` (its address) on `route`. */
   check(
     request: Request,
     context: { client: string; route: string },
   ): AuthDecision | Promise<AuthDecision>;
   /**
-   * Refuses a request with a credential in its URL: 429 when the client is
-   * locked out, else 400, counted as a failure toward the lock-out. Each
-   * valid key among `candidates` is marked exposed off the request path, so
+   * 429 when the client is locked out, else 400, counted toward the
+   * lock-out. Valid `candidates` are marked exposed off the request path, so
    * the answer's timing tells nothing about which keys are valid.
    */
   refuseKeyInUrl(
@@ -114,7 +91,6 @@ export interface Authenticator {
   ): Response;
 }
 
-/** Builds the authentication step over a store. */
 export function createAuthenticator(
   store: KeyStore,
   options: AuthenticatorOptions = {},
@@ -169,7 +145,6 @@ export function createAuthenticator(
     },
   };
 
-  /** Steps 2 to 5, once the key is looked up. */
   function decide(
     result: AuthResult,
     { client, route }: { client: string; route: string },
@@ -187,13 +162,10 @@ export function createAuthenticator(
     let headers: [string, string][] | undefined;
     const limit = record.rateLimit;
     if (limit !== null) {
-      // After every check of the key, so that only a valid key's request
-      // is counted, and a refusal here is never a failed authentication.
-      // The two keys of a rotation's overlap count apart: counted together,
-      // whoever holds the old key (a leaked one, most often the reason to
-      // rotate) could use up the budget and keep the new key refused. A
-      // line of rotations shares two counts (lib/store/records.ts,
-      // counterOf), so it never gets more than twice its limit.
+      // After every check of the key: only a valid key's request counts.
+      // A rotation's two keys count apart, or whoever holds the old (often
+      // leaked) key could keep the new one refused; a line of rotations
+      // shares two counts (counterOf), so never more than twice its limit.
       const counter = counterOf(record);
       const decision = limiter.take(counter, limit, {
         share: peers === undefined ? limit.count : peers.share(limit, counter),
@@ -233,11 +205,7 @@ export function createAuthenticator(
     return { ok: true, key: record, headers };
   }
 
-  /**
-   * A request that would fail whatever the lock-out says: 429 while its
-   * client is locked, else counted toward the lock and answered 401, the
-   * same for every reason so the caller learns nothing.
-   */
+  /** 429 while the client is locked, else counted and 401, the same for every reason. */
   function refuseFailed(
     reason: AuthFailure | "address",
     { client, route, keyId }: { client: string; route: string; keyId?: number },

@@ -1,15 +1,8 @@
 /**
- * The contract follows the route table: `openapi.json` is built here from
- * the routes the service serves (`deno task contract` writes it, and
- * tests/contract/route_contract_test.ts fails when the committed file differs).
- *
- * A route declares only what is its own: a title, the operations it answers
- * and the answers its handlers give. What the router gives every route is
- * written once, here: HEAD as GET without the body, OPTIONS, the 405 of every
- * method it does not answer, and the statuses the router answers around any
- * handler (400, 429 and 500 on every operation; 401 and 503 behind the
- * API-key step). The document's front matter (info, servers, tags, the
- * security scheme and the common headers) is ./contract_base.json.
+ * `openapi.json` from the route table (`deno task contract`). A route
+ * declares only its own operations and answers; what the router gives every
+ * route (HEAD, OPTIONS, 405, and 400, 429, 500, 401 and 503 around the
+ * handlers) is written once, here; the front matter is ./contract_base.json.
  *
  * @module
  */
@@ -19,7 +12,6 @@ import { DOCUMENTED, type ResponseContract } from "./responses.ts";
 import type { Methods, Route } from "./router.ts";
 import type { Schema } from "./schema.ts";
 
-/** A method a route may answer; HEAD and OPTIONS come with them. */
 export type Method = keyof Methods<never>;
 
 /** The methods in the order `openapi.json` lists them. */
@@ -33,65 +25,50 @@ export const METHODS: readonly Method[] = [
 
 /** One operation a route answers, as the contract describes it. */
 export interface OperationContract {
-  /** Unique in the document, such as `checkConnection`. */
   operationId: string;
-  /** One line; HEAD's is this one followed by ", without the body". */
   summary: string;
-  /** When and how to call it. */
   description: string;
-  /** The handler's own answers by status; the router's are added to them. */
+  /** The router's answers are added to them. */
   responses: Record<number, ResponseContract>;
 }
 
 /** What a route says about itself in `openapi.json`. */
 export interface RouteContract {
-  /** The path item's summary, such as "Connection check". */
   title: string;
-  /** The route within a sentence, such as "the connection check". */
+  /** Within a sentence, such as "the connection check". */
   noun: string;
   /** The stem of derived operation ids: `head${name}`, `connectionOptions`. */
   name: string;
-  /** One of the tags in ./contract_base.json. */
   tag: string;
   /** One entry per method of the route's `methods`, and no other. */
   operations: Partial<Record<Method, OperationContract>>;
 }
 
-/** A route of the service's table: handlers and their contract. */
 export type DocumentedRoute = Route & { contract: RouteContract };
 
 /** The route table and its contract cannot be made into one document. */
 export class ContractError extends Error {
-  /** Always `ContractError`. */
   override name = "ContractError";
-  /**
-   * `operation_mismatch`: handlers and operations name different methods;
-   * `name_taken`: two components or operations share a name;
-   * `status_taken`: a route documents a status the router answers there;
-   * `unknown_tag`: a tag ./contract_base.json does not list.
-   */
   readonly code:
     | "operation_mismatch"
     | "name_taken"
     | "status_taken"
     | "unknown_tag";
 
-  /** The code, then what to fix. */
   constructor(code: ContractError["code"], message: string) {
     super(message);
     this.code = code;
   }
 }
 
-/** The answers the router gives on every operation, before any handler runs. */
-export const ROUTER_RESPONSES: Readonly<Record<number, ResponseContract>> = {
+/** On every operation, before any handler runs. */
+const ROUTER_RESPONSES: Readonly<Record<number, ResponseContract>> = {
   400: DOCUMENTED.keyInUrl,
   429: DOCUMENTED.lockedOut,
   500: DOCUMENTED.internalError,
 };
 
-/** The API-key step's answers, on the operations of an authenticated route. */
-export const API_KEY_RESPONSES: Readonly<Record<number, ResponseContract>> = {
+const API_KEY_RESPONSES: Readonly<Record<number, ResponseContract>> = {
   401: DOCUMENTED.unauthorized,
   503: DOCUMENTED.storeUnavailable,
 };
@@ -159,15 +136,8 @@ export function openApiDocument(
   };
 }
 
-/**
- * The fields of a key's rate limit (lib/http/rate_limit_headers.ts), on
- * every answer the route gives an authenticated request of a key that has
- * one.
- */
-export const RATE_LIMIT_HEADERS = ["RateLimit-Policy", "RateLimit"] as const;
-
 /** The statuses a route's operation documents: its own and the router's. */
-export function operationResponses(
+function operationResponses(
   route: Route,
   own: Record<number, ResponseContract>,
 ): Record<number, ResponseContract> {
@@ -177,7 +147,11 @@ export function operationResponses(
     own = Object.fromEntries(
       Object.entries(own).map(([status, response]) => [status, {
         ...response,
-        headers: [...(response.headers ?? []), ...RATE_LIMIT_HEADERS],
+        headers: [
+          ...(response.headers ?? []),
+          "RateLimit-Policy" as const,
+          "RateLimit" as const,
+        ],
       }]),
     );
   }
@@ -318,7 +292,6 @@ class Components {
     return { $ref: `#/components/responses/${name}` };
   }
 
-  /** The response object itself. */
   inline(response: ResponseContract, head = false): Record<string, unknown> {
     const headers = [...(response.headers ?? []), ...COMMON_HEADERS];
     const rendered: Record<string, unknown> = {

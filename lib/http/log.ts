@@ -1,19 +1,15 @@
 /**
- * JSON lines on stdout, buffered: one write per batch instead of one per
- * request, so that logging every request stays on under load.
- *
- * Writes are asynchronous and bounded: a log reader that stalls (a paused
- * shipper, a full pipe) must not stall the server, and one that goes away
- * (a broken pipe) must not stop it. Past `maxQueuedBytes` waiting to be
- * written, lines are dropped and counted; after a failed write, logging
- * stops with one line on stderr.
+ * JSON lines on stdout, one write per batch, so logging every request stays
+ * on under load. A reader that stalls must not stall the server, nor one
+ * that goes away stop it: past `maxQueuedBytes` lines are dropped and
+ * counted; after a failed write, logging stops with one line on stderr.
  *
  * @module
  */
 
 import { writeAll } from "../util/write_all.ts";
 
-/** The fields of one request's log line (never a key, header value or query string). */
+/** Never a key, header value or query string. */
 export interface RequestLogLine {
   requestId: string;
   method: string;
@@ -24,17 +20,13 @@ export interface RequestLogLine {
   apiKeyId?: number;
 }
 
-/** Bytes gathered before a write; a longer line is written by itself. */
 const BATCH_BYTES = 64 * 1024;
 const NEWLINE = 0x0a;
 
 /**
- * Writes one JSON object per line to stdout.
- *
- * Each line is encoded into the batch's bytes as it is queued, so that no
- * string outlives its request: strings kept for a 20 ms batch lived long
- * enough for the garbage collector to move them to the old generation, and
- * cost the server about 17 MB of memory and 3 µs a request under load.
+ * Each line is encoded into the batch as it is queued: strings kept for a
+ * 20 ms batch reached the old generation, and cost about 17 MB and 3 µs a
+ * request under load.
  */
 export class JsonLog {
   #batch = new Uint8Array(BATCH_BYTES);
@@ -52,10 +44,6 @@ export class JsonLog {
   #broken = false;
   #chain: Promise<void> = Promise.resolve();
 
-  /**
-   * Lines wait at most `delayMs` (default 20 ms) before they are written to
-   * `out` (default stdout); at most `maxQueuedBytes` (default 4 MiB) wait.
-   */
   constructor(
     options: {
       delayMs?: number;
@@ -68,26 +56,19 @@ export class JsonLog {
     this.#maxQueued = options.maxQueuedBytes ?? 4 * 1024 * 1024;
   }
 
-  /** Lines dropped because the reader did not keep up. */
   get dropped(): number {
     return this.#dropped;
   }
 
-  /** Resolves once everything flushed so far is written (or dropped). */
   settled(): Promise<void> {
     return this.#chain;
   }
 
-  /** Queues one line; `time` is added first. */
   write(fields: Record<string, unknown>): void {
     this.#push(JSON.stringify({ time: this.#time(), ...fields }));
   }
 
-  /**
-   * Queues one request's line. Built by hand, the hottest line costs a third
-   * of `JSON.stringify` on an object; every string from the client is still
-   * escaped by it.
-   */
+  /** By hand, a third of `JSON.stringify`'s cost; client strings are still escaped by it. */
   request(line: RequestLogLine): void {
     const key = line.apiKeyId === undefined
       ? ""
@@ -103,7 +84,7 @@ export class JsonLog {
     );
   }
 
-  /** The ISO time, formatted once per millisecond however many lines share it. */
+  /** Formatted once per millisecond. */
   #time(): string {
     const now = Date.now();
     if (now !== this.#lastMs) {
@@ -138,7 +119,6 @@ export class JsonLog {
     }
   }
 
-  /** Hands everything queued to the writer, now. */
   flush(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
@@ -152,7 +132,6 @@ export class JsonLog {
     this.#hand(bytes, count);
   }
 
-  /** Queues `count` lines' bytes for the writer, or drops them. */
   #hand(text: Uint8Array, count: number): void {
     if (this.#broken) return;
     if (this.#queued + text.length > this.#maxQueued) {
@@ -187,9 +166,7 @@ export class JsonLog {
               error instanceof Error ? error.name : "error"
             }); the service goes on without it`,
           );
-        } catch {
-          // stderr is gone too: nothing left to tell
-        }
+        } catch { /* stderr is gone too */ }
       } finally {
         this.#queued -= bytes.length;
       }

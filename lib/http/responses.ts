@@ -1,7 +1,5 @@
 /**
- * Every response the HTTP layer builds, so that their headers and bodies
- * are written once: the public error shapes of the API live here, each
- * beside its entry in the contract (`openapi.json`, built by ./contract.ts).
+ * Every response the HTTP layer builds, each beside its entry in the contract.
  *
  * @module
  */
@@ -22,7 +20,6 @@ const JSON_HEADERS = {
   "content-type": "application/json",
 } as const;
 
-/** A JSON response with the common headers. */
 export function json(
   status: number,
   body: unknown,
@@ -37,7 +34,6 @@ export function json(
   });
 }
 
-/** A fixed JSON document, already serialised. */
 export function jsonText(body: string): Response {
   return new Response(body, { headers: JSON_HEADERS });
 }
@@ -57,18 +53,13 @@ export function unauthorized(): Response {
   });
 }
 
-/** 429 for a locked-out client. */
 export function lockedOut(retryAfterSeconds: number): Response {
   return json(429, LOCKED_OUT_BODY, {
     "retry-after": String(retryAfterSeconds),
   });
 }
 
-/**
- * 429 for a valid key past its rate limit: told apart from the lock-out's
- * by its code, and carrying the `RateLimit` fields like every answer to
- * the key.
- */
+/** Told apart from the lock-out's 429 by its code. */
 export function rateLimited(
   retryAfterSeconds: number,
   headers: readonly [string, string][],
@@ -90,17 +81,14 @@ export function withFields(
   return response;
 }
 
-/** 400 for a credential in the URL. */
 export function keyInUrl(): Response {
   return json(400, KEY_IN_URL_BODY);
 }
 
-/** 404 for a path no route has. */
 export function notFound(): Response {
   return json(404, NOT_FOUND_BODY);
 }
 
-/** 405 with the methods the route does answer. */
 export function methodNotAllowed(allow: string): Response {
   return json(405, {
     error: "method_not_allowed",
@@ -108,7 +96,6 @@ export function methodNotAllowed(allow: string): Response {
   }, { allow });
 }
 
-/** 204 to OPTIONS, with the methods the route answers. */
 export function options(allow: string): Response {
   return new Response(null, {
     status: 204,
@@ -123,7 +110,6 @@ export function storeUnavailable(retryAfterSeconds: number): Response {
   });
 }
 
-/** 500 for anything unexpected. */
 export function internalError(): Response {
   return json(500, INTERNAL_BODY);
 }
@@ -154,8 +140,8 @@ const INTERNAL_BODY = {
   message: "The request failed on the server; retry later",
 };
 
-/** A header a documented response carries beyond the common ones. */
-export type DocumentedHeader =
+/** Beyond the common ones. */
+type DocumentedHeader =
   | "Retry-After"
   | "Allow"
   | "WWW-Authenticate"
@@ -168,13 +154,11 @@ export type DocumentedHeader =
  * `NAMEHead`.
  */
 export interface ResponseContract {
-  /** Its name under `components/responses`. */
   name: string;
   /** What it means and what the client should do about it. */
   description: string;
-  /** Headers beyond Cache-Control, X-Content-Type-Options and X-Request-Id. */
   headers?: readonly DocumentedHeader[];
-  /** A JSON body: its schema, named under `components/schemas`, and examples. */
+  /** Its schema is named under `components/schemas`. */
   body?: {
     name: string;
     schema: Schema;
@@ -182,8 +166,7 @@ export interface ResponseContract {
   };
 }
 
-/** The body of every error answer. */
-export const ERROR_SCHEMA = {
+const ERROR_SCHEMA = {
   type: "object",
   description:
     "The body of an error answer. Fields may be added in later versions: ignore the ones you do not know.",

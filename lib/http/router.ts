@@ -1,20 +1,9 @@
 /**
- * The HTTP layer: a route table and what every route gets without writing
- * it. In order, for each request:
- *
- * 1. the client's address (the TCP peer, or a trusted proxy's word);
- * 2. a credential anywhere in the URL: 400 on every path, and any valid key
- *    found there marked exposed;
- * 3. the route: 404 for an unknown path; 405 with `Allow`, 204 to OPTIONS,
- *    HEAD answered by GET;
- * 4. for an authenticated route, the API-key step (./authenticate.ts):
- *    the route runs only with a key valid at that moment;
- * 5. errors: 503 when the store cannot be read (never 401), 500 otherwise;
- * 6. on HEAD, any answer (refusals and errors too) without its body but
- *    with the GET's length;
- * 7. the request's log line, its id header and its telemetry.
- *
- * Adding an authenticated route is one entry in the table.
+ * What every route gets without writing it, in order: the client's address;
+ * 400 for a credential anywhere in the URL (any valid key there marked
+ * exposed); 404, 405 with `Allow`, 204 to OPTIONS, HEAD answered by GET;
+ * the API-key step; 503 when the store cannot be read (never 401), else
+ * 500; on HEAD any answer without its body; the log line, id and telemetry.
  *
  * @module
  */
@@ -43,17 +32,15 @@ import {
 /** What every route handler receives. */
 export interface RequestContext {
   request: Request;
-  /** The client's address, as lock-out and the log know it. */
   client: string;
 }
 
 /** What a handler behind the API-key step receives. */
 export interface AuthenticatedContext extends RequestContext {
-  /** The record of the key that authenticated the request, valid when checked. */
   key: KeyRecord;
 }
 
-/** The methods a route answers; HEAD and OPTIONS come with them. */
+/** HEAD and OPTIONS come with them. */
 export type Methods<C> = Partial<
   Record<
     "GET" | "POST" | "PUT" | "PATCH" | "DELETE",
@@ -61,26 +48,22 @@ export type Methods<C> = Partial<
   >
 >;
 
-/** One entry of the route table. */
 export type Route =
   | { path: string; auth: "api_key"; methods: Methods<AuthenticatedContext> }
   | { path: string; auth: "none"; methods: Methods<RequestContext> };
 
 /** Options of {@linkcode createRouter}. */
 export interface RouterOptions {
-  /** The API-key step, for routes with `auth: "api_key"` and for exposure marks. */
   authenticator: Authenticator;
-  /** Proxies whose X-Forwarded-For entries are believed; default none. */
   trustedProxies?: readonly Cidr[];
-  /** Seconds a caller should wait after a 503. */
+  /** After a 503. */
   retryAfterSeconds?: number;
-  /** Receives one line per notable event (an unexpected error). */
+  /** Hears unexpected errors. */
   log?: (fields: Record<string, unknown>) => void;
-  /** Receives one line per request. */
   logRequest?: (line: RequestLogLine) => void;
 }
 
-/** A `Deno.serve` handler: it answers at once when it can. */
+/** Answers at once when it can. */
 export type Handler = (
   request: Request,
   info: Deno.ServeHandlerInfo,
@@ -91,7 +74,6 @@ interface Seen {
   apiKeyId?: number;
 }
 
-/** A request being answered, as its log line will describe it. */
 interface Pending {
   request: Request;
   path: string;
@@ -105,7 +87,6 @@ interface Entry {
   allow: string;
 }
 
-/** Builds the handler that serves the route table. */
 export function createRouter(
   routes: readonly Route[],
   options: RouterOptions,
@@ -189,7 +170,6 @@ export function createRouter(
     return internalError();
   }
 
-  /** The log line, the request id and the span's attributes of an answer. */
   function finish(
     response: Response,
     pending: Pending,
@@ -217,8 +197,7 @@ export function createRouter(
     return response;
   }
 
-  // Synchronous from end to end in the steady state (a key answered from
-  // memory, a route that answers at once): a promise per layer was a
+  // Synchronous end to end in the steady state: a promise per layer is a
   // microtask and garbage on every request.
   return function handle(request, info) {
     const started = performance.now();
@@ -240,11 +219,7 @@ export function createRouter(
       : finishOr500(answer, pending);
   };
 
-  /**
-   * {@linkcode finish}, or a logged 500 when the route's answer cannot be
-   * finished (headers that cannot be set, a body that fails while a HEAD
-   * measures it): never Deno's bare 500 without a log line.
-   */
+  /** Else a logged 500, never Deno's bare 500 without a log line. */
   function finishOr500(
     response: Response,
     pending: Pending,
@@ -261,10 +236,8 @@ export function createRouter(
 }
 
 /**
- * The GET's status and headers without its body. Its length is kept, as
- * the GET announces it: a `Response` with no body would otherwise go out
- * with `content-length: 0` over HTTP/1.1 and none over HTTP/2. Every body
- * this service sends is a short fixed text, so measuring it costs little.
+ * Keeps the length the GET announces: a bodiless `Response` would go out
+ * with `content-length: 0` over HTTP/1.1. Every body here is short.
  */
 async function withoutBody(response: Response): Promise<Response> {
   const headers = new Headers(response.headers);

@@ -1,24 +1,17 @@
 /**
- * Response bodies described once, as JSON Schema: a route declares its
- * body's schema, `openapi.json` is generated from it (./contract.ts), the
- * route's TypeScript type is derived from it ({@linkcode FromSchema}) and the
- * connection check reads answers with it ({@linkcode firstBreach}).
- *
- * Only the keywords below are allowed, so that every one of them means the
- * same to this reader, to the tests' Ajv and to the tools integrators use.
+ * Response bodies as JSON Schema, once: for `openapi.json`, the route's type
+ * ({@linkcode FromSchema}) and the connection check ({@linkcode firstBreach}).
+ * Only the keywords below are allowed, so each means the same to this
+ * reader, to Ajv and to integrators' tools.
  *
  * @module
  */
 
-/**
- * ISO 8601 in UTC with milliseconds, as `Date.prototype.toISOString` writes
- * it: the `pattern` of every time this API sends, so that each route writes
- * times the same way.
- */
+/** As `toISOString` writes it: the `pattern` of every time this API sends. */
 export const UTC_MILLISECONDS =
   "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3}Z$";
 
-/** A JSON Schema (2020-12, OpenAPI 3.1's dialect), limited to what this API needs. */
+/** JSON Schema 2020-12, limited to what this API needs. */
 export type Schema =
   | ObjectSchema
   | {
@@ -29,7 +22,6 @@ export type Schema =
     readonly format?: "email" | "date-time";
     readonly pattern?: string;
     readonly maxLength?: number;
-    /** Documentation only. */
     readonly examples?: readonly string[];
   }
   | {
@@ -45,7 +37,6 @@ export type Schema =
     readonly const?: boolean;
   };
 
-/** An object's schema. */
 export interface ObjectSchema {
   readonly type: "object";
   readonly description?: string;
@@ -55,11 +46,7 @@ export interface ObjectSchema {
   readonly additionalProperties?: boolean;
 }
 
-/**
- * The TypeScript type of the values a schema, declared `as const`, allows:
- * the route builds its body as this type, so the compiler holds it to the
- * schema.
- */
+/** The type a schema declared `as const` allows: the compiler holds a route's body to it. */
 export type FromSchema<S> = S extends { readonly const: infer C } ? C
   : S extends { readonly type: "string" } ? string
   : S extends { readonly type: "integer" } ? number
@@ -80,10 +67,8 @@ type ObjectOf<P, R> = Flat<
 type Flat<T> = { [K in keyof T]: T[K] };
 
 /**
- * The first property of `value` that breaks `schema`, in the schema's order,
- * as `NAME is not WHAT` (such as `apiKeyId is not a whole number of at least
- * 1`); null when every property holds. Read as a client reads: a property
- * the schema does not list is ignored, so that fields added later are.
+ * The first property that breaks `schema`, as `NAME is not WHAT`; null when
+ * all hold. Unlisted properties are ignored, as a client ignores fields added later.
  */
 export function firstBreach(
   schema: ObjectSchema,
@@ -99,7 +84,6 @@ export function firstBreach(
   return null;
 }
 
-/** Whether `value` is one the schema allows, unlisted properties aside. */
 function holds(schema: Schema, value: unknown): boolean {
   switch (schema.type) {
     case "object":
@@ -124,7 +108,6 @@ function holds(schema: Schema, value: unknown): boolean {
   }
 }
 
-/** What a value must be, in the words of a check's report. */
 function expected(schema: Schema): string {
   if ("const" in schema && schema.const !== undefined) {
     return JSON.stringify(schema.const);

@@ -1,7 +1,7 @@
 /**
- * Credentials in URLs: a key in the path or the query, in any spelling and
- * with or without its prefix, or a query parameter named like a credential. Such a URL is refused on every
- * route, and nothing that logs a path may show the key.
+ * Credentials in URLs: a key in any spelling, with or without its prefix,
+ * or a query parameter named like one. Refused on every route, and never
+ * shown by a logged path.
  *
  * @module
  */
@@ -19,13 +19,12 @@ const CREDENTIAL_NAMES = new Set([
 ]);
 const KEY_ANYWHERE = new RegExp(KEY_PATTERN.source, "g");
 
-/** True when the path or the query carries a credential. */
 export function urlCarriesCredential(path: string, query: string): boolean {
   return pathCarriesKey(path) ||
     (query !== "" && queryCarriesCredential(query));
 }
 
-/** The key-shaped strings of a URL, decoded: the first few, for marking them exposed. */
+/** Decoded, for marking them exposed. */
 export function keysInUrl(
   path: string,
   query: string,
@@ -36,28 +35,14 @@ export function keysInUrl(
     .slice(0, options.most);
 }
 
-/**
- * A run of a key's characters this long may be most of a key (cut short,
- * without its prefix, in another case, or split across segments), and the
- * checksum of the last six is public: not for a log line, though not
- * refused as a key either. No route has one.
- */
 const KEY_FRAGMENT = /[0-9A-Za-z]{16}/;
-
-/**
- * Letters and digits in all, across segments and separators: a key split
- * into short segments (`/isk_AbCd/EfGh/…`, `;`, `.`) is this many or more.
- */
 const KEY_CHARACTERS = /[0-9A-Za-z]/g;
 const SPREAD_LIMIT = 16;
 
 /**
- * A path fit for a log line: a route of `routes` as it is; any other path
- * withheld whole when it holds a key in any spelling, a run of 16 letters
- * and digits, or 16 of them in all however they are split, which is what
- * most of a key would take (and its checksum is public, so the rest
- * follows). Paths that match no route are scanners' and typos': short ones
- * are still logged as sent.
+ * A path fit for a log line: a route as it is; any other withheld when it
+ * holds a key, or 16 letters and digits in a run or in all, which is most of
+ * a key (its checksum is public, so the rest follows).
  */
 export function loggablePath(
   path: string,
@@ -71,7 +56,6 @@ export function loggablePath(
   return fragment ? "[redacted: a long token in the path]" : path;
 }
 
-/** A run as long as a key's body: what a key without its prefix takes. */
 const BODY_LENGTH_RUN = /[0-9A-Za-z]{36}/;
 
 function pathCarriesKey(path: string): boolean {
@@ -84,7 +68,6 @@ function pathCarriesKey(path: string): boolean {
   return carriesKey(urlText(path));
 }
 
-/** A key, with or without its prefix, in decoded URL text. */
 function carriesKey(text: string): boolean {
   // Escaped deeper than decoding goes: it may hide a key, so it counts as one.
   return KEY_PATTERN.test(text) || unprefixedKeysIn(text).length > 0 ||

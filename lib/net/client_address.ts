@@ -17,19 +17,12 @@ const IPV4_TEXT = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
 
 /** Options of {@linkcode clientAddress}. */
 export interface ClientAddressOptions {
-  /**
-   * The reverse proxies whose `X-Forwarded-For` is believed. Empty (the
-   * default): the header is ignored and the client is the TCP peer.
-   */
+  /** Empty: the header is ignored and the client is the TCP peer. */
   trustedProxies: readonly Cidr[];
 }
 
-/**
- * What a request over a Unix socket (SOCKET_PATH) that names no client
- * counts as: only a proxy on the same host can reach the socket, and one
- * configured as deploy/nginx.conf always names the client.
- */
-export const UNIX_CLIENT = "unix";
+/** A socket request that names no client: nginx as deploy/nginx.conf has it always names one. */
+const UNIX_CLIENT = "unix";
 
 /**
  * The client's address. The TCP peer, unless the peer is a trusted proxy:
@@ -81,7 +74,6 @@ export function clientAddress(
   return client;
 }
 
-/** Peer and header pairs answered, per set of options. */
 const _answers = new WeakMap<ClientAddressOptions, Map<string, string>>();
 const ANSWERS_KEPT = 4096;
 const ANSWER_KEY_MAX = 200;
@@ -126,22 +118,14 @@ function _forwardedClient(
   return hop === null ? null : formatIp(hop);
 }
 
-/**
- * The key lock-out counts an address under: the address, or for IPv6 its
- * /64, since one host typically owns a whole /64 and could otherwise rotate
- * through it.
- */
+/** The address, or for IPv6 its /64, which one host typically owns and could rotate through. */
 export function lockoutKey(address: string): string {
   if (!address.includes(":")) return address;
   const parsed = parseIp(address);
   return parsed === null ? address : formatCidr(networkOf(parsed, 64));
 }
 
-/**
- * The wider network a lock-out key belongs to (/24 for IPv4, /48 for IPv6):
- * the budget that still holds when an attacker spreads failures over many
- * addresses of one network.
- */
+/** /24 or /48: the budget that holds when failures are spread over a network. */
 export function networkKey(lockout: string): string {
   // The common case, on every failure: dotted IPv4 needs no parsing.
   if (IPV4_TEXT.test(lockout)) {

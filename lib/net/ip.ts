@@ -1,24 +1,18 @@
 /**
  * IP addresses and CIDR ranges, parsed strictly: what decides whom a proxy
- * header is believed from must not guess.
- *
- * An address is kept as its family and its bits in a bigint, so IPv4 and
- * IPv6 share one comparison. IPv4-mapped IPv6 (`::ffff:a.b.c.d`), which
- * dual-stack sockets report for IPv4 clients, is read as the IPv4 address.
+ * header is believed from must not guess. IPv4-mapped IPv6 is read as IPv4.
  *
  * @module
  */
 
-/** A parsed address. */
 export interface IpAddress {
   family: 4 | 6;
   bits: bigint;
 }
 
-/** A parsed CIDR range such as `10.0.0.0/8` or `fd00::/8`. */
 export interface Cidr {
   family: 4 | 6;
-  /** The network's bits, host bits cleared. */
+  /** Host bits cleared. */
   network: bigint;
   prefix: number;
 }
@@ -26,7 +20,7 @@ export interface Cidr {
 const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
 const WIDTH: Record<4 | 6, number> = { 4: 32, 6: 128 };
 
-/** Parses an IPv4 or IPv6 literal (brackets allowed); null when it is not one. */
+/** Brackets allowed; null when not an address. */
 export function parseIp(text: string): IpAddress | null {
   const value = text.startsWith("[") && text.endsWith("]")
     ? text.slice(1, -1)
@@ -40,7 +34,7 @@ export function parseIp(text: string): IpAddress | null {
   return { family: 6, bits: v6 };
 }
 
-/** The canonical text of an address: dotted IPv4, or compressed lower-case IPv6. */
+/** Dotted IPv4, or RFC 5952 IPv6. */
 export function formatIp(address: IpAddress): string {
   if (address.family === 4) {
     return [24n, 16n, 8n, 0n].map((s) => String((address.bits >> s) & 255n))
@@ -65,7 +59,6 @@ export function formatIp(address: IpAddress): string {
   }`;
 }
 
-/** The range of `prefix` bits holding the address. */
 export function networkOf(address: IpAddress, prefix: number): Cidr {
   const width = WIDTH[address.family];
   const bits = Math.min(prefix, width);
@@ -73,7 +66,6 @@ export function networkOf(address: IpAddress, prefix: number): Cidr {
   return { family: address.family, network: address.bits & mask, prefix: bits };
 }
 
-/** `10.0.0.0/8`-style text of a range. */
 export function formatCidr(cidr: Cidr): string {
   return `${
     formatIp({ family: cidr.family, bits: cidr.network })
@@ -82,22 +74,13 @@ export function formatCidr(cidr: Cidr): string {
 
 /** Why a text is not a range, for a message that names the part to fix. */
 export type CidrProblem =
-  /** The part before any `/` is no IPv4 or IPv6 address. */
   | "not_an_address"
-  /**
-   * An IPv4 number has a leading zero (`010.0.0.0/8`), which some programs
-   * read as octal; without the zeros it would be an address
-   * ({@linkcode withoutLeadingZeros}).
-   */
+  /** `010.0.0.0/8`, which some programs read as octal. */
   | "leading_zero"
-  /** The prefix length is not a number as written (`/`, `/x`, `/032`). */
   | "prefix_malformed"
-  /** The prefix length is above the family's 32 or 128 bits. */
   | "prefix_too_long"
-  /** Bits beyond the prefix are set: usually a typo for another range. */
   | "host_bits_set";
 
-/** What is wrong with `text` as a range, or null when it is one. */
 export function cidrProblem(text: string): CidrProblem | null {
   const slash = text.indexOf("/");
   const written = slash === -1 ? text : text.slice(0, slash);
@@ -120,12 +103,7 @@ export function cidrProblem(text: string): CidrProblem | null {
   return parseCidr(text) === null ? "host_bits_set" : null;
 }
 
-/**
- * `text` with the leading zeros of its IPv4 numbers dropped, the rest as
- * written: `010.0.0.0/8` is `10.0.0.0/8`, `::ffff:010.0.0.1` is
- * `::ffff:10.0.0.1`. For a message suggesting the range meant (if 010 was
- * meant as decimal); never read as an address by itself.
- */
+/** `010.0.0.0/8` as `10.0.0.0/8`: for a message's suggestion, never read as an address. */
 export function withoutLeadingZeros(text: string): string {
   const slash = text.indexOf("/");
   const written = slash === -1 ? text : text.slice(0, slash);
@@ -137,11 +115,7 @@ export function withoutLeadingZeros(text: string): string {
   return written.slice(0, start) + v4 + text.slice(written.length);
 }
 
-/**
- * Parses `a.b.c.d/n`, `x::y/n`, or a bare address (a range of one). Null
- * when malformed, including host bits set beyond the prefix, which is
- * usually a typo for a different range; {@linkcode cidrProblem} says which.
- */
+/** A bare address is a range of one; null when malformed or host bits are set (a typo, usually). */
 export function parseCidr(text: string): Cidr | null {
   const slash = text.indexOf("/");
   const address = parseIp(slash === -1 ? text : text.slice(0, slash));
@@ -161,7 +135,6 @@ export function parseCidr(text: string): Cidr | null {
   return range.network === address.bits ? range : null;
 }
 
-/** True when the address lies in the range. */
 export function cidrContains(cidr: Cidr, address: IpAddress): boolean {
   return cidr.family === address.family &&
     networkOf(address, cidr.prefix).network === cidr.network;

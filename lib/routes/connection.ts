@@ -13,14 +13,9 @@ import {
   UTC_MILLISECONDS,
 } from "../http/schema.ts";
 
-/** The route's path. */
 export const CONNECTION_PATH = "/api/v1/integration/connection";
 
-/**
- * The body of a successful connection check (spec section 2.1), written
- * once: the route builds it, `openapi.json` publishes it, the connection
- * check (lib/check/judge.ts) reads answers with it.
- */
+/** Spec section 2.1, written once: built here, published, and read by lib/check/judge.ts. */
 export const CONNECTION_STATUS_SCHEMA = {
   type: "object",
   description:
@@ -75,10 +70,8 @@ export const CONNECTION_STATUS_SCHEMA = {
   },
 } as const satisfies ObjectSchema;
 
-/** The body of a successful connection check, as {@linkcode CONNECTION_STATUS_SCHEMA} allows. */
 export type ConnectionStatus = FromSchema<typeof CONNECTION_STATUS_SCHEMA>;
 
-/** The route; `now` is the server clock, which tests pin. */
 export function connectionRoute(
   options: { now?: () => Date } = {},
 ): DocumentedRoute {

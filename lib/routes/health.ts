@@ -10,12 +10,9 @@ import type { DocumentedRoute } from "../http/contract.ts";
 import { json, jsonText, type ResponseContract } from "../http/responses.ts";
 import type { KeyStore } from "../store/types.ts";
 
-/** Liveness: the process answers. */
 export const LIVE_PATH = "/api/v1/health/live";
-/** Readiness: the process answers and can read the store. */
-export const READY_PATH = "/api/v1/health/ready";
-/** The OpenAPI document of this API. */
-export const OPENAPI_PATH = "/api/v1/openapi.json";
+const READY_PATH = "/api/v1/health/ready";
+const OPENAPI_PATH = "/api/v1/openapi.json";
 
 const OPENAPI_BODY = JSON.stringify(openapi);
 
@@ -33,7 +30,6 @@ const HEALTH_OK: ResponseContract = {
   },
 };
 
-/** The three routes; readiness reads the store's revision. */
 export function healthRoutes(
   store: Pick<KeyStore, "revision">,
 ): DocumentedRoute[] {

@@ -1,8 +1,6 @@
 /**
- * The route table: every route the service serves, each with its contract.
- * The router serves it (lib/server/handler.ts), `openapi.json` is generated from it
- * (`deno task contract`, lib/http/contract.ts), and the tests that cover
- * every route read their paths from it. A new route is one line here.
+ * Every route with its contract: served, published as `openapi.json` and
+ * read by the tests that cover every route. A new route is one line here.
  *
  * @module
  */
@@ -12,11 +10,8 @@ import type { KeyStore } from "../store/types.ts";
 import { connectionRoute } from "./connection.ts";
 import { healthRoutes } from "./health.ts";
 
-/** What the routes need to answer. */
 export interface RouteDependencies {
-  /** Read by the readiness probe. */
   store: Pick<KeyStore, "revision">;
-  /** The server clock; tests pin it. */
   now?: () => Date;
 }
 
@@ -28,11 +23,7 @@ export function routeTable(dependencies: RouteDependencies): DocumentedRoute[] {
   ];
 }
 
-/**
- * The table as the contract and the tests read it: paths, methods and
- * contracts. Its handlers are never called, so no store is opened; one that
- * is called anyway finds the store unreadable.
- */
+/** For the contract and the tests: no store is opened, and a handler called anyway finds none. */
 export function documentedRoutes(): DocumentedRoute[] {
   return routeTable({
     store: {

@@ -1,10 +1,7 @@
 /**
- * Remembers when each key last authenticated a request, off the request's
- * path: a request only notes the id in memory; a timer writes the notes in
- * one batch. Each key is written at most once per minute per process, with
- * the real time of the first use in that minute: never later than a real
- * use, and at most a minute (plus a flush) behind the last one. The stores
- * show no time before the key's creation.
+ * When each key last authenticated a request, noted in memory and written
+ * in batches, at most once a minute per key per process, with the real time
+ * of the first use in that minute: never later than a real use.
  *
  * @module
  */
@@ -14,19 +11,17 @@ import type { KeyStore } from "../store/types.ts";
 
 const MINUTE = 60_000;
 
-/** Notes key use and writes it to the store in the background. */
 export class LastUsedRecorder extends BackgroundRecorder {
   #store: KeyStore;
   #written = new Map<number, number>();
   #pending = new Map<number, Date>();
 
-  /** Writes pending notes every `flushMs` (default 5 s); a failed write is logged. */
   constructor(store: KeyStore, options: RecorderOptions = {}) {
     super("last_used", options);
     this.#store = store;
   }
 
-  /** Notes that key `id` was used now; costs a map lookup on the hot path. */
+  /** A map lookup on the hot path. */
   used(id: number, now: number): void {
     if (now - (this.#written.get(id) ?? -Infinity) < MINUTE) return;
     this.#written.set(id, now);

@@ -1,15 +1,9 @@
 /**
- * Where keys may be used from and where they are used from, on the request
- * path: the `allowFrom` check, and the notes of networks used and uses
- * refused, written off the request path in batches like lastUsedAt
- * (lib/usage/last_used.ts).
- *
- * A request costs a map lookup at most: a key with no `allowFrom` is not
- * checked at all, a restricted key's ranges are parsed once per cached
- * record, and a use is noted in memory and written by a timer. Each key and
- * network is written at most once a minute per process, each key's refused
- * uses at most once per flush, so a flood of refused uses from any number
- * of addresses costs one bounded write per key per flush.
+ * The `allowFrom` check, and the notes of networks used and uses refused,
+ * written in batches. A request costs a map lookup at most; each key and
+ * network is written at most once a minute per process and each key's
+ * refused uses once per flush, so a flood from any number of addresses
+ * costs one bounded write per key per flush.
  *
  * @module
  */
@@ -21,29 +15,14 @@ import { byKey, NETWORKS_KEPT, REFUSED_KEPT } from "../store/usage_lists.ts";
 import { BackgroundRecorder, type RecorderOptions } from "../store/recorder.ts";
 
 const MINUTE = 60_000;
-/**
- * The most network notes one flush writes: a key used from that many new
- * networks within seconds is news already, and memory and the audit log stay
- * bounded. Notes past it are dropped and counted in one log line.
- */
+/** Per flush; past it notes are dropped and counted in one log line. */
 export const NETWORK_NOTES_MAX = 10_000;
-/**
- * The most networks one key is noted from per minute on one server. An
- * installation calls from one or two networks; a key used from more is
- * leaked, and 50 `key_new_network` lines a minute say so loudly enough,
- * while the audit log grows by at most that much per key whatever the
- * flood. Notes past it are dropped and counted like those past
- * {@linkcode NETWORK_NOTES_MAX}.
- */
-export const NETWORK_NOTES_PER_KEY = 50;
+/** Per key per minute: an installation calls from one or two networks, and 50 lines a minute say "leaked" loudly enough. */
+const NETWORK_NOTES_PER_KEY = 50;
 
-/** Parsed ranges by the record's own array, so each cached record parses once. */
+/** By the record's own array, so each cached record parses once. */
 const parsedRanges = new WeakMap<readonly string[], Cidr[]>();
 
-/**
- * True when `client` (an address as lib/net/client_address.ts gives it) may use
- * the key: always when the record has no `allowFrom`.
- */
 export function allowedFrom(record: KeyRecord, client: string): boolean {
   const ranges = record.allowFrom;
   if (ranges == null) return true;
@@ -56,37 +35,26 @@ export function allowedFrom(record: KeyRecord, client: string): boolean {
   return address !== null && cidrs.some((c) => cidrContains(c, address));
 }
 
-/** Options of {@linkcode UsageRecorder}. */
-export type UsageRecorderOptions = RecorderOptions;
-
-/**
- * Notes networks used and uses refused, and writes them in the background;
- * each first use of a key from a network is logged.
- */
+/** Each first use of a key from a network is logged. */
 export class UsageRecorder extends BackgroundRecorder {
   #store: KeyStore;
   /** `id network` → when last noted, to note each at most once a minute. */
   #noted = new Map<string, number>();
   #networks: { id: number; network: string; at: Date }[] = [];
-  /** The last client's network: most requests come from the client before them. */
+  /** Most requests come from the client before them. */
   #lastClient = "";
   #lastNetwork = "";
-  /** Network notes dropped since the last flush, past either bound. */
   #dropped = 0;
   /** Key id → the minute its network notes are counted in, and their count. */
   #perKey = new Map<number, { since: number; count: number }>();
   #refused = new Map<number, { address: string; at: Date }[]>();
 
-  /** Writes pending notes every `flushMs`; a failed write is logged. */
-  constructor(store: KeyStore, options: UsageRecorderOptions = {}) {
+  constructor(store: KeyStore, options: RecorderOptions = {}) {
     super("usage", options);
     this.#store = store;
   }
 
-  /**
-   * Notes that key `id` authenticated a client counted under `lockoutKey`
-   * (lib/net/client_address.ts), whose /24 or /48 is the network kept.
-   */
+  /** The network kept is the /24 or /48 of `lockoutKey`. */
   used(id: number, lockoutKey: string, now: number): void {
     if (lockoutKey !== this.#lastClient) {
       this.#lastNetwork = networkKey(lockoutKey);
@@ -115,7 +83,6 @@ export class UsageRecorder extends BackgroundRecorder {
     this.#networks.push({ id, network, at: new Date(now) });
   }
 
-  /** Notes a use of key `id` refused for coming from `client`. */
   refused(id: number, client: string, now: number): void {
     let pending = this.#refused.get(id);
     if (pending === undefined) this.#refused.set(id, pending = []);

@@ -37,17 +37,12 @@ export class Shared<K, T> {
 }
 
 /**
- * Shares one read among every caller that asked before that read started.
- *
- * A caller never joins a read already in flight: it may have started before
- * the caller's request arrived, and so may miss a change made just before.
- * It waits for the next read, which starts the moment the current one ends,
- * and whose answer is therefore at least as new as the caller's arrival.
- * There is no timer: a lone caller is served at once.
+ * Shares one read among every caller that asked before it started. A caller
+ * never joins a read in flight, which may miss a change made just before it
+ * asked: it waits for the next, which starts when the current one ends.
  */
 export class Coalesced<T> {
   #read: () => Promise<T>;
-  /** Reads by number: a caller shares the first one to start after it asked. */
   #reads = new Shared<number, T>();
   #started = 0;
   #last: Promise<T> | null = null;

@@ -1,20 +1,9 @@
 /**
- * Characters that make a terminal do something instead of showing something,
- * and the one way the console and the check make them visible.
- *
- * The set: every C0 control (U+0000–U+001F, newline and tab included, as
- * every field shown is one line), DEL (U+007F), every C1 control
- * (U+0080–U+009F, such as CSI U+009B and OSC U+009D, which many terminals
- * obey like ESC [ and ESC ]), the line and paragraph separators U+2028 and
- * U+2029, and the bidirectional controls that reorder what is shown (U+061C,
- * U+200E, U+200F, U+202A–U+202E, U+2066–U+2069).
- *
- * The notation is JSON's: `\u001b`, `\u202e`. A person sees which character
- * was there; the result holds no character of the set; and applied to text
- * that `JSON.stringify` produced, it yields JSON that parses to the very
- * same value, since these characters only ever occur inside JSON strings.
- * A backslash is left as it is, so a name that holds the six characters
- * `\u001b` looks like one that held an ESC: harmless, as neither acts.
+ * Characters that make a terminal act instead of show: C0 (newline and tab
+ * too, as every field shown is one line), DEL, C1 (many terminals obey CSI
+ * U+009B like ESC [), U+2028, U+2029 and the bidirectional controls. Shown
+ * in JSON's notation (`\u001b`), so text from `JSON.stringify` stays JSON
+ * of the same value; a backslash is left as is, harmless as neither acts.
  *
  * @module
  */
@@ -24,7 +13,7 @@ const CONTROL =
   /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
 const CONTROLS = new RegExp(CONTROL.source, "g");
 
-/** Whether text holds a character of the set, to refuse it as input. */
+/** To refuse it as input. */
 export function hasControlCharacters(text: string): boolean {
   return CONTROL.test(text);
 }

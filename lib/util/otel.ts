@@ -1,23 +1,16 @@
 /**
- * OpenTelemetry through `Deno.telemetry`, the providers Deno itself
- * registers (`OTEL_DENO=true`), with no npm package: `npm:@opentelemetry/api`
- * is a thin wrapper over these same objects, and loading it (and the Node
- * compatibility layer under it) cost the server about 16 MB of memory with
- * telemetry off, as it is by default.
- *
- * With telemetry off, Deno's meter provider refuses to make meters (it
- * throws), where the npm package would hand out no-op ones: a counter is
- * then a no-op, decided once, at its first use.
+ * OpenTelemetry through `Deno.telemetry`, without `npm:@opentelemetry/api`,
+ * a thin wrapper over the same objects whose loading cost about 16 MB with
+ * telemetry off. Off, Deno's meter provider throws: a counter is then a
+ * no-op, decided at its first use.
  *
  * @module
  */
 
-/** A monotonic counter, as OpenTelemetry's `Counter`. */
 export interface Counter {
   add(value: number, attributes?: Record<string, string>): void;
 }
 
-/** The part of a span the service writes. */
 export interface Span {
   setAttribute(name: string, value: string | number): void;
 }
@@ -26,7 +19,7 @@ export interface Span {
 // span sits in a context, the same symbol in every copy of the package.
 const SPAN_KEY = Symbol.for("OpenTelemetry Context Key SPAN");
 
-/** A counter named `name`, made on its first `add`. */
+/** Made on its first `add`. */
 export function counter(
   name: string,
   options: { description: string },
