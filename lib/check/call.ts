@@ -101,16 +101,6 @@ function networkFailure(
   error: unknown,
   config: CheckConfig,
 ): Partial<CheckOutcome> {
-  const where = config.url.host;
-  if (error instanceof DOMException && error.name === "TimeoutError") {
-    return {
-      ...state("CRITICAL"),
-      reachable: false,
-      summary: `no answer from ${where} within ${config.timeoutSeconds} s`,
-      advice:
-        `check that the service is up and that nothing between here and ${where} drops the connection; raise ${CHECK_ENV.timeout} if the link is slow`,
-    };
-  }
   if (error instanceof Deno.errors.NotCapable) {
     return {
       ...state("UNKNOWN"),
@@ -118,78 +108,61 @@ function networkFailure(
       advice: "run the check with deno task check, which grants --allow-net",
     };
   }
-  const detail = causeText(error);
-  const kind = fetchFailure(detail);
-  if (kind === "tls") {
-    return {
-      ...state("CRITICAL"),
-      reachable: false,
-      summary: `TLS failure with ${where}: ${detail}`,
-      advice:
-        "check the server's certificate (issuer, expiry, host name) and that the address uses https:// only where the service speaks TLS",
-    };
-  }
-  if (kind === "dns") {
-    return {
-      ...state("CRITICAL"),
-      reachable: false,
-      summary: `cannot resolve ${config.url.hostname}`,
-      advice:
-        `check the host name in ${CHECK_ENV.baseUrl} and this machine's DNS`,
-    };
-  }
-  if (kind === "refused") {
-    return {
-      ...state("CRITICAL"),
-      reachable: false,
-      summary: `connection refused by ${where}`,
-      advice:
-        `check that the service is running and the port in ${CHECK_ENV.baseUrl}`,
-    };
-  }
-  return {
+  const where = config.url.host;
+  const unreachable = (summary: string, advice: string) => ({
     ...state("CRITICAL"),
     reachable: false,
-    summary: `cannot reach ${where}: ${detail}`,
-    advice: `check ${CHECK_ENV.baseUrl} and the network path to the service`,
-  };
-}
-
-/** The innermost useful message of a fetch error, without the URL Deno prefixes. */
-function causeText(error: unknown): string {
-  let text = error instanceof Error ? error.message : String(error);
-  if (error instanceof Error && error.cause instanceof Error) {
-    text = error.cause.message;
+    summary,
+    advice,
+  });
+  if (error instanceof DOMException && error.name === "TimeoutError") {
+    return unreachable(
+      `no answer from ${where} within ${config.timeoutSeconds} s`,
+      `check that the service is up and that nothing between here and ${where} drops the connection; raise ${CHECK_ENV.timeout} if the link is slow`,
+    );
   }
-  return clean(
-    text.replace(/^error sending request for url \([^)]*\):\s*/i, ""),
-    200,
-  );
-}
-
-/** Text from the network, made safe for a terminal and a one-line alert. */
-function clean(text: string, max: number): string {
-  // deno-lint-ignore no-control-regex
-  const flat = text.replace(/[\u0000-\u001f\u007f-\u009f]+/g, " ").trim();
-  return flat.length > max ? flat.slice(0, max - 1) + "…" : flat;
-}
-
-/**
- * What kind of network failure a fetch error's text describes. The one
- * place that reads message text, because Deno 2.9 gives nothing else: a
- * failed fetch is a TypeError whose cause is a plain Error, with no class
- * or code for TLS, DNS or a refused connection. Unknown text is "other",
- * which the check reports with the text itself.
- */
-function fetchFailure(detail: string): "tls" | "dns" | "refused" | "other" {
+  const detail = causeText(error);
+  // The one place that reads message text, because Deno 2.9 gives nothing
+  // else: a failed fetch is a TypeError whose cause is a plain Error, with
+  // no class or code for TLS, DNS or a refused connection. Unknown text is
+  // reported as it is.
   if (
     /certificate|tls|ssl|handshake|corrupt message|unknownissuer/i.test(detail)
   ) {
-    return "tls";
+    return unreachable(
+      `TLS failure with ${where}: ${detail}`,
+      "check the server's certificate (issuer, expiry, host name) and that the address uses https:// only where the service speaks TLS",
+    );
   }
   if (/dns error|failed to lookup|name or service not known/i.test(detail)) {
-    return "dns";
+    return unreachable(
+      `cannot resolve ${config.url.hostname}`,
+      `check the host name in ${CHECK_ENV.baseUrl} and this machine's DNS`,
+    );
   }
-  if (/connection refused/i.test(detail)) return "refused";
-  return "other";
+  if (/connection refused/i.test(detail)) {
+    return unreachable(
+      `connection refused by ${where}`,
+      `check that the service is running and the port in ${CHECK_ENV.baseUrl}`,
+    );
+  }
+  return unreachable(
+    `cannot reach ${where}: ${detail}`,
+    `check ${CHECK_ENV.baseUrl} and the network path to the service`,
+  );
+}
+
+/**
+ * The innermost useful message of a fetch error, without the URL Deno
+ * prefixes, made safe for a terminal and a one-line alert.
+ */
+function causeText(error: unknown): string {
+  const cause = error instanceof Error && error.cause instanceof Error
+    ? error.cause
+    : error;
+  const text = (cause instanceof Error ? cause.message : String(cause))
+    .replace(/^error sending request for url \([^)]*\):\s*/i, "")
+    // deno-lint-ignore no-control-regex
+    .replace(/[\u0000-\u001f\u007f-\u009f]+/g, " ").trim();
+  return text.length > 200 ? text.slice(0, 199) + "…" : text;
 }

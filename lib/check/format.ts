@@ -111,10 +111,7 @@ const MIN_SECRET_LENGTH = 8;
  * could send it back in (percent-encoded, split by invisible or control
  * characters) is withheld whole, and an exact copy is shown as `[redacted]`:
  * a reflecting server already has the key, but monitoring output and alert
- * history must not. The check's only guard (check.ts): it prints nothing of
- * an outcome that has not been through here. (A later pass replacing the
- * exact key in the formatted text was removed: it ran after this one, which
- * already replaces every exact copy, so it could never catch anything.)
+ * history must not. The check's only guard (see check.ts).
  */
 export function withholdKey<T>(value: T, secret: string): T {
   if (secret.length < MIN_SECRET_LENGTH) return value;

@@ -153,13 +153,16 @@ export function judgeFailure(
   const label = `HTTP ${status}${code === null ? "" : ` ${code}`}`;
   const retryAfter = retryAfterSeconds(response.headers.get("retry-after"));
   const wait = retryAfter === null ? "later" : `after ${retryAfter} s`;
+  const critical = (summary: string, advice: string) => ({
+    ...state("CRITICAL"),
+    summary,
+    advice,
+  });
   if (status === 401) {
-    return {
-      ...state("CRITICAL"),
-      summary: `key refused (${label}): it is revoked or invalid`,
-      advice:
-        `do not retry in a loop, that leads to lock-out; check that ${CHECK_ENV.apiKey} holds the whole key, otherwise ask the installation's administrator to revoke it and generate a replacement`,
-    };
+    return critical(
+      `key refused (${label}): it is revoked or invalid`,
+      `do not retry in a loop, that leads to lock-out; check that ${CHECK_ENV.apiKey} holds the whole key, otherwise ask the installation's administrator to revoke it and generate a replacement`,
+    );
   }
   if (status === 429 && code === "rate_limited") {
     // The key is valid and the service up: the installation calls more
@@ -174,56 +177,51 @@ export function judgeFailure(
   }
   if (status === 429) {
     return {
-      ...state("CRITICAL"),
-      retryAfterSeconds: retryAfter,
-      summary: `rate limited (${label}), retry ${wait}`,
-      advice:
+      ...critical(
+        `rate limited (${label}), retry ${wait}`,
         "wait for Retry-After before the next call; if 401 answers came first, fix or replace the key, or the lock-out starts again",
+      ),
+      retryAfterSeconds: retryAfter,
     };
   }
   if (status === 503) {
     return {
-      ...state("CRITICAL"),
-      retryAfterSeconds: retryAfter,
-      summary: `service unavailable (${label}), retry ${wait}`,
-      advice:
+      ...critical(
+        `service unavailable (${label}), retry ${wait}`,
         "the service cannot check keys right now; your key is not in question, keep it and retry later",
+      ),
+      retryAfterSeconds: retryAfter,
     };
   }
   if (status >= 300 && status < 400) {
     const location = response.headers.get("location");
+    // Printed without user information, query or fragment.
     const target = location !== null && URL.canParse(location, response.url)
-      ? safeUrl(new URL(location, response.url))
-      : "an unknown address";
-    return {
-      ...state("CRITICAL"),
-      summary: `redirected (${label}) to ${target}; not followed`,
-      advice:
-        `set ${CHECK_ENV.baseUrl} to the final address; redirects are not followed so that the key is never sent to another address`,
-    };
+      ? new URL(location, response.url)
+      : null;
+    return critical(
+      `redirected (${label}) to ${
+        target === null ? "an unknown address" : target.origin + target.pathname
+      }; not followed`,
+      `set ${CHECK_ENV.baseUrl} to the final address; redirects are not followed so that the key is never sent to another address`,
+    );
   }
   if (status === 400 && code === "key_in_url") {
-    return {
-      ...state("CRITICAL"),
-      summary: `the service saw a credential in the URL (${label})`,
-      advice:
-        `remove it from ${CHECK_ENV.baseUrl}, and have a key that was in a URL replaced`,
-    };
+    return critical(
+      `the service saw a credential in the URL (${label})`,
+      `remove it from ${CHECK_ENV.baseUrl}, and have a key that was in a URL replaced`,
+    );
   }
   if (status === 404) {
-    return {
-      ...state("CRITICAL"),
-      summary: `no connection route at this address (${label})`,
-      advice:
-        `check ${CHECK_ENV.baseUrl}: scheme, host, port and any path prefix, without /api/v1`,
-    };
+    return critical(
+      `no connection route at this address (${label})`,
+      `check ${CHECK_ENV.baseUrl}: scheme, host, port and any path prefix, without /api/v1`,
+    );
   }
-  return {
-    ...state("CRITICAL"),
-    summary: `unexpected ${label}`,
-    advice:
-      "look at the service's logs, or ask the installation's administrator",
-  };
+  return critical(
+    `unexpected ${label}`,
+    "look at the service's logs, or ask the installation's administrator",
+  );
 }
 
 /** The machine-readable `error` of an error body, when it looks like one. */
@@ -247,9 +245,4 @@ function retryAfterSeconds(header: string | null): number | null {
   return Number.isFinite(date)
     ? Math.max(0, Math.ceil((date - Date.now()) / 1000))
     : null;
-}
-
-/** A URL safe to print: no user information, query or fragment. */
-function safeUrl(url: URL): string {
-  return url.origin + url.pathname;
 }

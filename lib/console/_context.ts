@@ -10,7 +10,6 @@ import { processEnv } from "../server/config.ts";
 import { normalizeActor } from "../store/records.ts";
 import type { KeyStore } from "../store/types.ts";
 import type { Context } from "./command.ts";
-import { terminalColumns, wantsColour } from "./_format.ts";
 import type { Output } from "./_output.ts";
 import type { ParsedCommand } from "./_parse.ts";
 
@@ -28,10 +27,25 @@ export function commandContext(
     out: options.out,
     actor: actor(),
     now: Date.now(),
-    colour: wantsColour(Deno.stdout, { env: processEnv }),
+    // NO_COLOR (https://no-color.org), when set and not empty, turns it off.
+    colour: Deno.stdout.isTerminal() && !processEnv("NO_COLOR"),
     columns: terminalColumns(),
     interactive: Deno.stdin.isTerminal(),
   };
+}
+
+/**
+ * The terminal's width when stdout is one that reports it; undefined for a
+ * pipe or a file, where lines keep their full width for whoever reads them.
+ */
+function terminalColumns(): number | undefined {
+  if (!Deno.stdout.isTerminal()) return undefined;
+  try {
+    // A pseudo-terminal nobody sized reports 0: treat it as unknown.
+    return Deno.consoleSize().columns || undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The OS user and host, made safe and bounded for the audit log. */

@@ -6,7 +6,7 @@
  */
 
 import { fstatSync } from "node:fs";
-import { CommandError } from "./errors.ts";
+import { ConsoleError } from "./errors.ts";
 
 /** What `create` and `rotate` say on stderr once the key is out. */
 export const STORE_WARNING: string = [
@@ -32,7 +32,7 @@ export function refuseDiscardingStdout(): void {
     // Cannot tell: the write itself will report what goes wrong.
   }
   if (discards) {
-    throw new CommandError(
+    throw new ConsoleError(
       "stdout is closed or /dev/null, where the key would be lost; nothing changed; send stdout to a terminal, a file or a pipe",
       { code: "stdout_discards" },
     );

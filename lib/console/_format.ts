@@ -77,31 +77,3 @@ export function stripAnsi(text: string): string {
   // deno-lint-ignore no-control-regex
   return text.replace(/\x1b\[[0-9;]*m/g, "");
 }
-
-/**
- * Whether to colour output to a stream: only a terminal shows colour, and
- * NO_COLOR (https://no-color.org), when set and not empty, turns it off.
- */
-export function wantsColour(
-  stream: { isTerminal(): boolean },
-  options: { env: (name: string) => string | undefined },
-): boolean {
-  const noColor = options.env("NO_COLOR");
-  return stream.isTerminal() && (noColor === undefined || noColor === "");
-}
-
-/**
- * The terminal's width in columns when stdout is a terminal that reports
- * one; undefined when output goes to a pipe or a file, where lines keep
- * their full width for whoever reads them.
- */
-export function terminalColumns(): number | undefined {
-  if (!Deno.stdout.isTerminal()) return undefined;
-  try {
-    const { columns } = Deno.consoleSize();
-    // A pseudo-terminal nobody sized reports 0: treat it as unknown.
-    return columns > 0 ? columns : undefined;
-  } catch {
-    return undefined;
-  }
-}

@@ -4,25 +4,35 @@
  * @module
  */
 
+import { RateSyntaxError } from "../auth/rate_limit.ts";
 import { InvalidFieldError } from "../store/errors.ts";
 import { describeStoreError } from "./store_errors.ts";
 import type { Context } from "./command.ts";
-import { UsageError } from "./errors.ts";
+import { ConsoleError } from "./errors.ts";
 
 /**
- * Input checked by one of the store's rules: a refusal is a usage error
- * (exit 2) naming the option.
+ * Input checked by one of the store's rules, or by the rate's parser: a
+ * refusal is a usage error (exit 2) naming the option and the fix.
  */
-export function checked(
-  normalize: (text: string) => string,
-  text: string,
-): string {
+export function checked<T>(normalize: (text: string) => T, text: string): T {
   try {
     return normalize(text);
   } catch (error) {
     if (error instanceof InvalidFieldError) {
-      throw new UsageError(`--${error.field}: ${describeStoreError(error)}`, {
+      // The field allowFrom is the option --allow-from.
+      const option = error.field.replace(
+        /[A-Z]/g,
+        (c) => `-${c.toLowerCase()}`,
+      );
+      throw new ConsoleError(`--${option}: ${describeStoreError(error)}`, {
         code: error.code,
+        usage: true,
+      });
+    }
+    if (error instanceof RateSyntaxError) {
+      throw new ConsoleError(`--rate: ${error.message}`, {
+        code: error.code,
+        usage: true,
       });
     }
     throw error;
@@ -33,7 +43,7 @@ export function checked(
 export function required(values: Context["values"], option: string): string {
   const value = values[option];
   if (typeof value !== "string" || value.trim() === "") {
-    throw new UsageError(`--${option} is required`, {
+    throw new ConsoleError(`--${option} is required`, {
       code: "option_required",
     });
   }

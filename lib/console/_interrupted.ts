@@ -7,7 +7,7 @@
  */
 
 import type { Lapsed, WaitInterruptedError } from "../store/acknowledged.ts";
-import type { KeyRecord } from "../store/types.ts";
+import type { KeyRecord, RotateResult } from "../store/types.ts";
 
 /** The exit code of a change made whose wait for servers was interrupted. */
 export const INTERRUPTED_WAIT_EXIT = 3;
@@ -45,23 +45,19 @@ export function describeServer(server: Lapsed): string {
 function committed(
   error: WaitInterruptedError,
 ): { made: string; replaced: string } {
-  const result = error.result as Record<string, unknown> | null;
-  const record = (result?.record ?? null) as KeyRecord | null;
+  // What the store method named by `change` returned.
+  const result = error.result as KeyRecord & RotateResult & {
+    record: KeyRecord;
+  };
   switch (error.change) {
     case "revoke":
     case "retire":
-      if (record !== null) {
-        return {
-          made: `Key ${record.id} is revoked in the store`,
-          replaced: `accepting key ${record.id}`,
-        };
-      }
-      break;
-    case "rotate": {
-      const { revoked, created } = result as {
-        revoked: KeyRecord;
-        created: KeyRecord;
+      return {
+        made: `Key ${result.record.id} is revoked in the store`,
+        replaced: `accepting key ${result.record.id}`,
       };
+    case "rotate": {
+      const { revoked, created } = result;
       return revoked.status === "revoked"
         ? {
           made:
@@ -75,25 +71,19 @@ function committed(
     }
     case "create":
       return {
-        made: `Key ${(error.result as KeyRecord).id} is created in the store`,
+        made: `Key ${result.id} is created in the store`,
         replaced: `refusing it`,
       };
     case "setRateLimit":
-      if (record !== null) {
-        return {
-          made: `Key ${record.id}'s rate limit is changed in the store`,
-          replaced: "applying the limit it had before",
-        };
-      }
-      break;
+      return {
+        made: `Key ${result.record.id}'s rate limit is changed in the store`,
+        replaced: "applying the limit it had before",
+      };
     case "setAllowFrom":
-      if (record !== null) {
-        return {
-          made: `Key ${record.id}'s networks are changed in the store`,
-          replaced: "applying the networks it had before",
-        };
-      }
-      break;
+      return {
+        made: `Key ${result.record.id}'s networks are changed in the store`,
+        replaced: "applying the networks it had before",
+      };
   }
   return {
     made: "The change is made in the store",

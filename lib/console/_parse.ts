@@ -1,6 +1,6 @@
 /**
  * The command line: which command, its options and arguments, or a request
- * for help. Every mistake is a {@linkcode UsageError} of one line that
+ * for help. Every mistake is a {@linkcode ConsoleError} of one line that
  * names the fix: an unknown option, an option given twice, an option whose
  * value is missing (`--name --email …`), a key id no key can have.
  *
@@ -14,7 +14,7 @@
 import { looksLikeApiKey } from "../auth/api_key.ts";
 import { MAX_KEY_ID } from "../store/records.ts";
 import { type Command, type Context, KEY_ARGUMENT } from "./command.ts";
-import { KeyArgumentError, UsageError } from "./errors.ts";
+import { ConsoleError } from "./errors.ts";
 import { commandHelp, mainHelp } from "./_help.ts";
 import { visible } from "./_output.ts";
 import { versionLine } from "../util/version.ts";
@@ -37,13 +37,19 @@ export function parse(
   commands: Readonly<Record<string, Command>>,
 ): ParsedCommand | { help: string } {
   // Before anything that could quote an argument back (an unknown command,
-  // an unknown option, a key that is not found).
-  if (args.some(looksLikeApiKey)) throw new KeyArgumentError();
+  // an unknown option, a key that is not found): the command line is in the
+  // shell's history and in what the task runner prints.
+  if (args.some(looksLikeApiKey)) {
+    throw new ConsoleError(
+      'That argument looks like an API key, so it is neither shown nor looked up; to find which key a value is, pipe it to "deno task -q keys identify", which reads it from stdin (see keys identify --help)',
+      { code: "key_argument" },
+    );
+  }
   const [name, ...rest] = args;
   // `keys help create` is `keys create --help`; `keys help` alone, the list.
   const topics = name === "help" ? rest.filter((a) => !a.startsWith("-")) : [];
   if (topics.length > 1) {
-    throw new UsageError(
+    throw new ConsoleError(
       `keys help takes one command, such as "keys help create"; ${
         quoted(topics[1])
       } is one too many`,
@@ -54,7 +60,7 @@ export function parse(
   // Printed as help is, so that it needs no more than --help does.
   if (name === "--version") {
     if (rest.length === 0) return { help: versionLine() };
-    throw new UsageError("keys --version takes nothing else", {
+    throw new ConsoleError("keys --version takes nothing else", {
       code: "argument_extra",
     });
   }
@@ -65,7 +71,7 @@ export function parse(
   }
   const command = Object.hasOwn(commands, name) ? commands[name] : undefined;
   if (command === undefined) {
-    throw new UsageError(
+    throw new ConsoleError(
       `Unknown command ${quoted(name)}; the commands are ${
         Object.keys(commands).join(", ")
       } (see --help)`,
@@ -98,7 +104,7 @@ export function parse(
       : arg.slice(1);
     const type = Object.hasOwn(options, option) ? options[option] : undefined;
     if (type === undefined || !arg.startsWith("--")) {
-      throw new UsageError(
+      throw new ConsoleError(
         `Unknown option '${
           visible(equals === -1 ? arg : arg.slice(0, equals))
         }' for ${name}; ${see}`,
@@ -107,7 +113,7 @@ export function parse(
     }
     if (type === "boolean") {
       if (equals !== -1) {
-        throw new UsageError(
+        throw new ConsoleError(
           `--${option} takes no value; write --${option} alone`,
           { code: "option_value_unexpected" },
         );
@@ -121,7 +127,7 @@ export function parse(
     else {
       const next = rest[i + 1];
       if (next === undefined || next === "--" || isOption(next)) {
-        throw new UsageError(
+        throw new ConsoleError(
           `--${option} needs a value${
             next === undefined || next === "--"
               ? ""
@@ -135,7 +141,7 @@ export function parse(
     }
     const earlier = values[option];
     if (typeof earlier === "string") {
-      throw new UsageError(
+      throw new ConsoleError(
         `--${option} is given twice (${quoted(earlier)}, then ${
           quoted(value)
         }); give it once`,
@@ -146,12 +152,12 @@ export function parse(
   }
   const [min, max, what] = command.positionals;
   if (positionals.length < min) {
-    throw new UsageError(`${name} needs ${what}; ${see}`, {
+    throw new ConsoleError(`${name} needs ${what}; ${see}`, {
       code: "argument_missing",
     });
   }
   if (positionals.length > max) {
-    throw new UsageError(
+    throw new ConsoleError(
       `${name} takes ${max === 0 ? "no arguments" : `one ${what}`}, not ${
         quoted(positionals.slice(max).join(" "))
       }; ${see}`,
@@ -173,7 +179,7 @@ function checkKeyId(ref: string): void {
   if (!/^\d+$/.test(ref)) return;
   const id = Number(ref);
   if (id >= 1 && id <= MAX_KEY_ID) return;
-  throw new UsageError(
+  throw new ConsoleError(
     `Key ids are whole numbers from 1 to ${MAX_KEY_ID}, so no key has the id ${ref}; run "keys list --all" to see the keys`,
     { code: "key_id_out_of_range" },
   );

@@ -5,14 +5,14 @@
  */
 
 import { writeAll } from "../util/write_all.ts";
-import { CommandError } from "./errors.ts";
+import { ConsoleError } from "./errors.ts";
 import { safeLines } from "./_output.ts";
 
 /** What {@linkcode confirm} asks, and the failure when the answer is no. */
 export interface Question {
   /** Asked on stderr, followed by ` [y/N] `. */
   question: string;
-  /** The message of the {@linkcode CommandError} thrown on any answer but yes. */
+  /** The message of the {@linkcode ConsoleError} thrown on any answer but yes. */
   declined: string;
 }
 
@@ -38,7 +38,7 @@ export async function confirm(
   const answer = await readAnswer();
   if (answer === null) await writeAll(Deno.stderr, "\n");
   if (!/^\s*y(es)?\s*$/i.test(answer ?? "")) {
-    throw new CommandError(text.declined, { code: "declined" });
+    throw new ConsoleError(text.declined, { code: "declined" });
   }
 }
 

@@ -5,16 +5,10 @@
  * @module
  */
 
-import {
-  formatRate,
-  parseRate,
-  type RateLimit,
-  RateSyntaxError,
-} from "../auth/rate_limit.ts";
+import { parseRate, type RateLimit } from "../auth/rate_limit.ts";
 import { processEnv, readKeyRateLimit } from "../server/config.ts";
-import type { OptionSpec } from "./command.ts";
-import type { Context } from "./command.ts";
-import { UsageError } from "./errors.ts";
+import type { Context, OptionSpec } from "./command.ts";
+import { checked } from "./_input.ts";
 
 /** The option of `create` and `update`. */
 export const RATE_OPTION: OptionSpec = {
@@ -23,30 +17,10 @@ export const RATE_OPTION: OptionSpec = {
     'requests the key may make, across every server: 600/min, 10/s, 1000/h, 50000/day; "none" for no limit',
 };
 
-/**
- * The value of `--rate`: a limit, or null for `none`. A refusal is a usage
- * error (exit 2) whose code is the parser's and whose line names the fix.
- */
-export function rateOption(text: string): RateLimit | null {
-  try {
-    return parseRate(text);
-  } catch (error) {
-    if (error instanceof RateSyntaxError) {
-      throw new UsageError(`--rate: ${error.message}`, { code: error.code });
-    }
-    throw error;
-  }
-}
-
 /** A new key's limit: `--rate` when given, else KEY_RATE_LIMIT, else none. */
 export function requestedRate(values: Context["values"]): RateLimit | null {
   const text = values.rate;
   return typeof text === "string"
-    ? rateOption(text)
+    ? checked(parseRate, text)
     : readKeyRateLimit(processEnv);
-}
-
-/** A limit as the console shows it: `600/min`, or `none`. */
-export function shownRate(limit: RateLimit | null): string {
-  return limit === null ? "none" : formatRate(limit);
 }

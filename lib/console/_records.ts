@@ -123,15 +123,6 @@ export function named(record: KeyRecord): string {
   return `${record.id} "${visible(record.name)}"`;
 }
 
-/** Keys expiring within this many days are pointed out. */
-export const EXPIRING_SOON_DAYS = 7;
-
-/** Whether a valid key stops working within {@linkcode EXPIRING_SOON_DAYS}. */
-export function expiringSoon(record: KeyRecord, now: number): boolean {
-  return record.status === "valid" && record.expiresAt !== null &&
-    Date.parse(record.expiresAt) - now < EXPIRING_SOON_DAYS * 86_400_000;
-}
-
 /**
  * The pending retirement of a key in a rotation's overlap, as one line:
  * when it stops working and what may end it sooner; null for other keys.
@@ -164,18 +155,35 @@ function shellWord(word: string): string {
 }
 
 /**
- * The valid key that carries a revoked key's name now (its rotation's
- * replacement, or a key created since), or null: what advice about a
- * revoked key points to instead.
+ * What to run instead of changing a revoked key, which nothing changes:
+ * `verb` on the valid key that carries its name now (its rotation's
+ * replacement, or a key created since), or else `create` of a new key, the
+ * options in `also` added to either.
  */
-export async function holderOfName(
+export async function insteadOfRevoked(
   store: KeyStore,
-  record: KeyRecord,
-): Promise<KeyRecord | null> {
-  const holder = await store.getByName(record.name);
-  if (holder === null || holder.id === record.id) return null;
-  const current = recordAt(holder, Date.now());
-  return current.status === "valid" ? current : null;
+  target: KeyRecord,
+  options: { verb: string; also?: string[] },
+): Promise<string> {
+  const also = options.also ?? [];
+  const found = await store.getByName(target.name);
+  const holder = found && found.id !== target.id
+    ? recordAt(found, Date.now())
+    : null;
+  return holder?.status === "valid"
+    ? `key ${holder.id} has its name now: ${options.verb} that one with ${
+      advice([options.verb, String(holder.id), ...also])
+    }`
+    : `create the installation a new key with ${
+      advice([
+        "create",
+        "--name",
+        target.name,
+        "--email",
+        target.email,
+        ...also,
+      ])
+    }`;
 }
 
 /**

@@ -4,9 +4,9 @@
  * Widths are therefore decided up front, from the headings and the terminal,
  * never from the data.
  *
- * Every cell is shown with control and bidirectional characters escaped
- * (see `../_control_characters.ts`): a table shows stored fields, and a stored
- * field must not move the cursor, recolour the screen or reorder a line.
+ * Every cell is shown with control and bidirectional characters escaped: a
+ * table shows stored fields, and a stored field must not move the cursor,
+ * recolour the screen or reorder a line.
  *
  * @module
  */
@@ -56,24 +56,17 @@ export function rowLine<T>(
   return line(columns, (c) => c.cell(row), options);
 }
 
-/** What {@linkcode fitColumns} kept, and the headings it left out. */
-export interface FittedColumns<T> {
-  /** The columns kept, with the widths they fit in. */
-  columns: Column<T>[];
-  /** The headings of the columns left out. */
-  dropped: string[];
-}
-
 /**
  * Narrows columns to fit a line of `width` characters: first squeezes the
  * columns with the most room to spare towards their `min`, and only when
  * that is not enough leaves out columns by `dropRank`. A line that cannot
- * fit even then keeps the remaining columns at their minimum.
+ * fit even then keeps the remaining columns at their minimum. Returns the
+ * columns kept, at the widths they fit in, and the headings left out.
  */
 export function fitColumns<T>(
   columns: Column<T>[],
   width: number,
-): FittedColumns<T> {
+): { columns: Column<T>[]; dropped: string[] } {
   const droppable = columns.filter((c) => c.dropRank !== undefined)
     .sort((a, b) => a.dropRank! - b.dropRank!);
   let kept = columns;

@@ -7,7 +7,7 @@
 
 import { counted, exportTo, importFrom } from "./backup/mod.ts";
 import { type Command, FILE_ARGUMENT, STDIO } from "./command.ts";
-import { UsageError } from "./errors.ts";
+import { ConsoleError } from "./errors.ts";
 
 /** The --help lines both commands share. */
 const FILE_NOTES = [
@@ -39,7 +39,7 @@ export const exportCommand: Command = {
   files: ([file]) => file === STDIO || file === "" ? {} : { write: [file] },
   async run({ store, positionals, json, out, actor }) {
     if (positionals[0] === STDIO && json) {
-      throw new UsageError(
+      throw new ConsoleError(
         "export - writes the export itself to stdout; leave out --json",
         { code: "options_conflict" },
       );
@@ -80,7 +80,7 @@ export const importCommand: Command = {
   async run({ store, values, positionals, json, out, actor }) {
     if (values.abort === true) {
       if (positionals.length > 0) {
-        throw new UsageError(
+        throw new ConsoleError(
           'import --abort takes no FILE; run "keys import FILE" afterwards',
           { code: "argument_extra" },
         );
@@ -95,7 +95,7 @@ export const importCommand: Command = {
       return;
     }
     if (positionals.length === 0 || positionals[0] === "") {
-      throw new UsageError(
+      throw new ConsoleError(
         `import needs ${FILE_ARGUMENT}; see "keys import --help"`,
         { code: "argument_missing" },
       );

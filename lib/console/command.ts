@@ -33,7 +33,7 @@ export interface Command {
    * (and nothing else on disk besides the store).
    */
   files?(positionals: string[]): { read?: string[]; write?: string[] };
-  /** Does the work; throws a UsageError or a CommandError to fail. */
+  /** Does the work; throws a ConsoleError to fail. */
   run(ctx: Context): Promise<void>;
 }
 

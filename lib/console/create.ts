@@ -18,13 +18,14 @@ import {
   STORE_WARNING,
   writeFailure,
 } from "./_delivery.ts";
-import { CommandError, failure } from "./errors.ts";
+import { ConsoleError, failure } from "./errors.ts";
 import { checked, required } from "./_input.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
 import { LIFETIME_OPTIONS, requestedExpiry } from "./_lifetime.ts";
 import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
-import { RATE_OPTION, requestedRate, shownRate } from "./_rate.ts";
+import { RATE_OPTION, requestedRate } from "./_rate.ts";
+import { formatRate } from "../auth/rate_limit.ts";
 
 /** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES] [--rate RATE]`. */
 export const create: Command = {
@@ -99,7 +100,7 @@ export const create: Command = {
       }${
         record.rateLimit === null
           ? ""
-          : `, limited to ${shownRate(record.rateLimit)}`
+          : `, limited to ${formatRate(record.rateLimit)}`
       }.\n${STORE_WARNING}`,
     );
   },
@@ -114,7 +115,7 @@ async function undeliveredCreate(
   store: KeyStore,
   record: KeyRecord,
   options: { error: unknown; actor: string },
-): Promise<CommandError> {
+): Promise<ConsoleError> {
   const cause = writeFailure(options.error);
   const again =
     "run the command again with stdout to a terminal, a file or a live pipe";
@@ -124,14 +125,14 @@ async function undeliveredCreate(
       reason: "not delivered",
     });
   } catch (error) {
-    return new CommandError(
+    return new ConsoleError(
       `Key ${record.id} was created but could not be written to stdout (${cause}), and revoking it failed (${
         failure(error)
       }); nobody has this key: revoke it with "keys revoke ${record.id} --reason 'not delivered'", then ${again}`,
       { code: "key_not_delivered" },
     );
   }
-  return new CommandError(
+  return new ConsoleError(
     `Key ${record.id} was created but could not be written to stdout (${cause}); it has been revoked and no other key changed; ${again}`,
     { code: "key_not_delivered" },
   );

@@ -1,5 +1,5 @@
 /**
- * The console's two kinds of failure, the stable code every failure carries
+ * The console's failure, the stable code every failure carries
  * (the `error.code` of `--json`), and the one place that turns any error
  * into the line an admin reads.
  *
@@ -7,7 +7,6 @@
  */
 
 import { ConfigError } from "../server/config.ts";
-import { BackupError, type BackupErrorCode } from "./backup/mod.ts";
 import { PermissionsMissingError } from "../server/permissions.ts";
 import { describeStoreError } from "./store_errors.ts";
 import {
@@ -37,7 +36,7 @@ const USAGE_CODES = [
   "rate_too_large",
   "file_not_found",
 ] as const;
-/** Why a command line is wrong: the code of a {@linkcode UsageError}. */
+/** Why a command line is wrong: exit code 2. */
 export type UsageCode = typeof USAGE_CODES[number];
 
 const COMMAND_CODES = [
@@ -49,14 +48,22 @@ const COMMAND_CODES = [
   "not_a_key",
   "unknown_key_value",
   "change_uncertain",
+  /** An export's FILE exists already, and an export never overwrites. */
+  "file_exists",
+  /** The file is not a complete, well-formed export. */
+  "file_invalid",
+  /** This user or process may not read or write FILE. */
+  "file_refused",
+  /** Keys changed during every attempt to export. */
+  "export_changed",
 ] as const;
-/** Why a command could not be done: the code of a {@linkcode CommandError}. */
+/** Why a command could not be done: exit code 1. */
 export type CommandCode = typeof COMMAND_CODES[number];
 
 /**
  * Every code `--json` may print as `error.code`, documented in
- * docs/console.md: the console's own, the store's (lib/store/errors.ts) and
- * the backup's, plus the few for errors from elsewhere.
+ * docs/console.md: the console's own and the store's (lib/store/errors.ts),
+ * plus the few for errors from elsewhere.
  */
 export type ConsoleErrorCode =
   | UsageCode
@@ -64,7 +71,6 @@ export type ConsoleErrorCode =
   | StoreInputCode
   | StoreUnavailableCode
   | StoreOpenCode
-  | BackupErrorCode
   | "config_invalid"
   | "permissions_missing"
   | "permission_refused"
@@ -80,10 +86,6 @@ export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
   "invalid_reason",
   "invalid_allowFrom",
   "invalid_rateLimit",
-  "file_exists",
-  "file_invalid",
-  "file_refused",
-  "export_changed",
   "key_not_found",
   "name_taken",
   "rotate_revoked",
@@ -112,49 +114,26 @@ export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
   "internal",
 ];
 
-/** A wrong command line: exit code 2. */
-export class UsageError extends Error {
-  override name = "UsageError";
-  /** Stable, for scripts and tests: never match on the message. */
-  readonly code: UsageCode | StoreInputCode;
-
-  constructor(
-    message: string,
-    options: { code?: UsageCode | StoreInputCode } = {},
-  ) {
-    super(message);
-    this.code = options.code ?? "invalid_value";
-  }
-}
-
 /**
- * An argument that looks like an API key: refused without being echoed or
- * looked up, since the command line is in the shell's history and in what
- * the task runner prints. Exit code 2.
+ * A failure the console words itself, its message meant for the admin as
+ * is. It is a wrong command line (exit code 2) when its code is a usage
+ * code or `usage` says so (input a store rule refused before the store was
+ * asked), else a command that could not be done (exit code 1).
  */
-export class KeyArgumentError extends UsageError {
-  override name = "KeyArgumentError";
-
-  constructor() {
-    super(
-      'That argument looks like an API key, so it is neither shown nor looked up; to find which key a value is, pipe it to "deno task -q keys identify", which reads it from stdin (see keys identify --help)',
-      { code: "key_argument" },
-    );
-  }
-}
-
-/** A command that could not be done, with a message meant for the admin as is: exit code 1. */
-export class CommandError extends Error {
-  override name = "CommandError";
+export class ConsoleError extends Error {
+  override name = "ConsoleError";
   /** Stable, for scripts and tests: never match on the message. */
-  readonly code: CommandCode | StoreInputCode;
+  readonly code: UsageCode | CommandCode | StoreInputCode;
+  readonly usage: boolean;
 
   constructor(
     message: string,
-    options: { code?: CommandCode | StoreInputCode } = {},
+    options: { code?: ConsoleError["code"]; usage?: boolean } = {},
   ) {
     super(message);
     this.code = options.code ?? "command_failed";
+    this.usage = options.usage ??
+      (USAGE_CODES as readonly string[]).includes(this.code);
   }
 }
 
@@ -165,8 +144,7 @@ export class CommandError extends Error {
  */
 export function failure(error: unknown): string {
   if (
-    error instanceof ConfigError || error instanceof CommandError ||
-    error instanceof BackupError || error instanceof UsageError ||
+    error instanceof ConfigError || error instanceof ConsoleError ||
     error instanceof PermissionsMissingError || error instanceof StoreOpenError
   ) {
     return error.message;
@@ -179,19 +157,15 @@ export function failure(error: unknown): string {
     return `The console was refused a permission its configuration did not name (${error.message}); run it with deno task -q keys`;
   }
   return `The command failed: ${
-    describeStoreError(error) ??
-      (error instanceof Error ? error.message : String(error))
+    error instanceof Error ? error.message : String(error)
   }`;
 }
 
 /** The stable code of any error the console reports. */
 export function errorCode(error: unknown): ConsoleErrorCode {
   if (
-    error instanceof UsageError || error instanceof CommandError ||
-    error instanceof StoreInputError ||
-    error instanceof StoreUnavailableError ||
-    error instanceof StoreOpenError ||
-    error instanceof BackupError
+    error instanceof ConsoleError || error instanceof StoreInputError ||
+    error instanceof StoreUnavailableError || error instanceof StoreOpenError
   ) {
     return error.code;
   }
@@ -202,13 +176,7 @@ export function errorCode(error: unknown): ConsoleErrorCode {
   return "internal";
 }
 
-/**
- * The exit code of a failure: 2 for a wrong command line (FILE naming no
- * file included), 1 for anything else the command could not do.
- */
+/** The exit code of a failure: 2 for a wrong command line, 1 for anything else. */
 export function exitCodeOf(error: unknown): 1 | 2 {
-  return error instanceof UsageError ||
-      (error instanceof BackupError && error.usage)
-    ? 2
-    : 1;
+  return error instanceof ConsoleError && error.usage ? 2 : 1;
 }

@@ -15,7 +15,7 @@ import {
 import { recordAt } from "../store/expiry.ts";
 import { writeAll } from "../util/write_all.ts";
 import { type Command, STDIO } from "./command.ts";
-import { CommandError, UsageError } from "./errors.ts";
+import { ConsoleError } from "./errors.ts";
 import { named } from "./_records.ts";
 import { jsonText, visible } from "./_output.ts";
 
@@ -49,14 +49,14 @@ export const identify: Command = {
     // (a log line, a header): what is around it is never printed either.
     const candidate = KEY_PATTERN.exec(value)?.[0] ?? value;
     if (!isWellFormedApiKey(candidate)) {
-      throw new CommandError(
+      throw new ConsoleError(
         "The value is not a well-formed API key (isk_, 36 letters and digits, a valid checksum), so no key can be it; check what was copied",
         { code: "not_a_key" },
       );
     }
     const found = await store.findByHash(hashApiKey(candidate));
     if (found === null) {
-      throw new CommandError(
+      throw new ConsoleError(
         "No key in this store has that value: it was not issued by this installation, or was issued before the store was replaced",
         { code: "unknown_key_value" },
       );
@@ -103,8 +103,8 @@ async function readFile(file: string): Promise<string> {
       error instanceof Error ? error.name : "error"
     }); check the path, or give the value on stdin`;
     throw missing
-      ? new UsageError(message, { code: "file_not_found" })
-      : new CommandError(message);
+      ? new ConsoleError(message, { code: "file_not_found" })
+      : new ConsoleError(message);
   }
 }
 
@@ -139,7 +139,7 @@ async function readStdin(interactive: boolean): Promise<string> {
   }
   // Ctrl-C at a raw terminal arrives as a character, not a signal.
   if (interactive && text.includes("\x03")) {
-    throw new CommandError("Interrupted; nothing was looked up");
+    throw new ConsoleError("Interrupted; nothing was looked up");
   }
   // At a terminal, the line typed; otherwise everything piped in.
   // deno-lint-ignore no-control-regex

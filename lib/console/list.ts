@@ -13,12 +13,7 @@ import type { KeyRecord } from "../store/types.ts";
 import type { Command } from "./command.ts";
 import { paint, RELATIVE_TIME_WIDTH, relativeTime } from "./_format.ts";
 import { jsonText, report } from "./_output.ts";
-import {
-  EXPIRING_SOON_DAYS,
-  expiringSoon,
-  recordTone,
-  tinted,
-} from "./_records.ts";
+import { recordTone, tinted } from "./_records.ts";
 import { type Column, fitColumns, headingLine, rowLine } from "./_table.ts";
 
 /** `keys list [--all]`. */
@@ -88,39 +83,43 @@ export const list: Command = {
       }
     }
     out.flush();
-    report(
-      `${count} ${all ? "" : "valid "}key${count === 1 ? "" : "s"}`,
-    );
-    if (exposed.length > 0) {
-      report(
-        `Sent in a URL, where proxies and logs may keep them: ${
-          exposed.join(", ")
-        }; rotate each with "keys rotate KEY"`,
-      );
-    }
-    if (exposedRetiring.length > 0) {
-      report(
-        `Sent in a URL and in a rotation's overlap: ${
-          exposedRetiring.join(", ")
-        }; revoke each now with "keys revoke KEY"`,
-      );
-    }
-    if (soon.length > 0) {
-      report(
-        `Expiring within ${EXPIRING_SOON_DAYS} days: ${
-          soon.join(", ")
-        }; rotate each with "keys rotate KEY --overlap 7d" and hand over the new key`,
-      );
-    }
-    if (dropped.length > 0) {
-      report(
-        `Left out to fit the terminal: ${
-          dropped.join(", ")
-        }; widen it, or use "keys show KEY" or --json`,
-      );
+    report(`${count} ${all ? "" : "valid "}key${count === 1 ? "" : "s"}`);
+    const notes: [shown: unknown[], what: string, fix: string][] = [
+      [
+        exposed,
+        "Sent in a URL, where proxies and logs may keep them",
+        'rotate each with "keys rotate KEY"',
+      ],
+      [
+        exposedRetiring,
+        "Sent in a URL and in a rotation's overlap",
+        'revoke each now with "keys revoke KEY"',
+      ],
+      [
+        soon,
+        `Expiring within ${EXPIRING_SOON_DAYS} days`,
+        'rotate each with "keys rotate KEY --overlap 7d" and hand over the new key',
+      ],
+      [
+        dropped,
+        "Left out to fit the terminal",
+        'widen it, or use "keys show KEY" or --json',
+      ],
+    ];
+    for (const [shown, what, fix] of notes) {
+      if (shown.length > 0) report(`${what}: ${shown.join(", ")}; ${fix}`);
     }
   },
 };
+
+/** Keys expiring within this many days are pointed out. */
+const EXPIRING_SOON_DAYS = 7;
+
+/** Whether a valid key stops working within {@linkcode EXPIRING_SOON_DAYS}. */
+function expiringSoon(record: KeyRecord, now: number): boolean {
+  return record.status === "valid" && record.expiresAt !== null &&
+    Date.parse(record.expiresAt) - now < EXPIRING_SOON_DAYS * 86_400_000;
+}
 
 /** The most an expiry's mark adds: " (retiring)", " (soon)". */
 const EXPIRY_MARKS = " (retiring)".length;

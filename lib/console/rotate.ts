@@ -30,18 +30,18 @@ import {
   STORE_WARNING,
   writeFailure,
 } from "./_delivery.ts";
-import { CommandError, failure, UsageError } from "./errors.ts";
+import { ConsoleError, failure } from "./errors.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { confirm } from "./_prompt.ts";
 import {
   advice,
   describe,
-  holderOfName,
+  insteadOfRevoked,
   named,
   newestOfLine,
   resolve,
 } from "./_records.ts";
-import { overlapDeadline, replacementExpiry } from "./_lifetime.ts";
+import { fromNow, requestedExpiry } from "./_lifetime.ts";
 
 /** `keys rotate KEY [--overlap DURATION] [--until-first-use] [--yes]`. */
 export const rotate: Command = {
@@ -77,7 +77,15 @@ export const rotate: Command = {
     const target = await resolve(store, positionals[0]);
     // A revoked key cannot be rotated, nor a key in an overlap: say so, with
     // a command that works instead, before anything is asked or written.
-    if (target.status !== "valid") throw await revokedRefusal(store, target);
+    if (target.status !== "valid") {
+      const instead = await insteadOfRevoked(store, target, { verb: "rotate" });
+      throw new ConsoleError(
+        `Key ${
+          named(target)
+        } is revoked, and a revoked key cannot be rotated; ${instead}`,
+        { code: "rotate_revoked" },
+      );
+    }
     if (target.replacedBy !== null) {
       throw await retiringRefusal(store, target);
     }
@@ -113,7 +121,7 @@ export const rotate: Command = {
     try {
       out.deliver(json ? `{"key":${JSON.stringify(fresh.key)},` : fresh.key);
     } catch (error) {
-      throw new CommandError(
+      throw new ConsoleError(
         `Key ${
           named(target)
         } was not rotated: its replacement could not be written to stdout (${
@@ -126,7 +134,7 @@ export const rotate: Command = {
     let interrupted: WaitInterruptedError | null = null;
     try {
       rotated = await rotateAfterWrite(store, target, {
-        fresh: { ...fresh, expiresAt: replacementExpiry({ now }) },
+        fresh: { ...fresh, expiresAt: requestedExpiry({}, { now }) },
         rotation: { actor, ...overlap },
       });
     } catch (error) {
@@ -151,7 +159,7 @@ export const rotate: Command = {
           : "\n",
       );
     } catch (error) {
-      throw new CommandError(
+      throw new ConsoleError(
         `Key ${target.id} was rotated into key ${
           named(created)
         }, but stdout closed before the new key was complete (${
@@ -228,12 +236,12 @@ async function rotateAfterWrite(
         `the store cannot say whether key ${target.id} is still valid; run "keys show ${target.id}" once it answers`;
     }
     if (!ended) {
-      throw new CommandError(
+      throw new ConsoleError(
         `The key written to stdout may or may not be stored, as the store did not say whether the rotation ended (${cause}); keep it until "keys show ${target.id}" answers: if key ${target.id} was replaced, the key written is its replacement, otherwise discard it and run the command again`,
         { code: "change_uncertain" },
       );
     }
-    throw new CommandError(
+    throw new ConsoleError(
       `The key written to stdout was not stored and does not work (${cause}); discard it; ${state}; run the command again`,
     );
   }
@@ -247,7 +255,7 @@ function overlapOption(
   const untilFirstUse = values["until-first-use"] === true;
   if (typeof values.overlap !== "string") {
     if (untilFirstUse) {
-      throw new UsageError(
+      throw new ConsoleError(
         "--until-first-use needs --overlap DURATION, the longest the old key may keep working",
         { code: "option_required" },
       );
@@ -255,7 +263,7 @@ function overlapOption(
     return {};
   }
   return {
-    overlapUntil: overlapDeadline(values.overlap, options),
+    overlapUntil: fromNow("--overlap", values.overlap, options),
     untilFirstUse,
   };
 }
@@ -276,30 +284,6 @@ async function readBack(
 }
 
 /**
- * Why a revoked key cannot be rotated, and what to run instead: rotate the
- * key that carries its name now, or create the installation a new key.
- */
-async function revokedRefusal(
-  store: KeyStore,
-  target: KeyRecord,
-): Promise<CommandError> {
-  const holder = await holderOfName(store, target);
-  const instead = holder === null
-    ? `create a new key for the installation with ${
-      advice(["create", "--name", target.name, "--email", target.email])
-    }`
-    : `key ${holder.id} has its name now: rotate that one with ${
-      advice(["rotate", String(holder.id)])
-    }`;
-  return new CommandError(
-    `Key ${
-      named(target)
-    } is revoked, and a revoked key cannot be rotated; ${instead}`,
-    { code: "rotate_revoked" },
-  );
-}
-
-/**
  * Why a key in a rotation's overlap cannot be rotated again, and what to
  * run instead: rotate the newest key of its line while that one is valid;
  * when it is not, the old key can only be revoked, and the installation
@@ -308,7 +292,7 @@ async function revokedRefusal(
 async function retiringRefusal(
   store: KeyStore,
   target: KeyRecord,
-): Promise<CommandError> {
+): Promise<ConsoleError> {
   const newest = await newestOfLine(store, target);
   const revokeNow = advice(["revoke", String(target.id)]);
   const message = newest.valid
@@ -324,5 +308,5 @@ async function retiringRefusal(
     }, so neither can be rotated; stop key ${target.id} now with ${revokeNow}, then create the installation's next key with ${
       advice(["create", "--name", target.name, "--email", target.email])
     }`;
-  return new CommandError(message, { code: "rotate_retiring" });
+  return new ConsoleError(message, { code: "rotate_retiring" });
 }

@@ -5,23 +5,14 @@
  * @module
  */
 
-import { InvalidFieldError } from "../store/errors.ts";
+import { formatRate, parseRate } from "../auth/rate_limit.ts";
 import { normalizeAllowFrom } from "../store/usage_lists.ts";
 import { type Command, KEY_ARGUMENT, type OptionSpec } from "./command.ts";
-import { CommandError, UsageError } from "./errors.ts";
+import { ConsoleError } from "./errors.ts";
+import { checked } from "./_input.ts";
 import { report } from "./_output.ts";
-import {
-  advice,
-  holderOfName,
-  named,
-  printRecord,
-  resolve,
-} from "./_records.ts";
-import { describeStoreError } from "./store_errors.ts";
-import { RATE_OPTION, rateOption, shownRate } from "./_rate.ts";
-
-/** The word that lifts a restriction. */
-const ANYWHERE = "any";
+import { insteadOfRevoked, named, printRecord, resolve } from "./_records.ts";
+import { RATE_OPTION } from "./_rate.ts";
 
 /** The option of `create` and `update`. */
 export const ALLOW_FROM_OPTION: OptionSpec = {
@@ -30,22 +21,14 @@ export const ALLOW_FROM_OPTION: OptionSpec = {
     'addresses or ranges the key works from, comma-separated (192.0.2.0/24,2001:db8::/48); "any" for anywhere',
 };
 
-/**
- * The value of `--allow-from`: canonical ranges, or null for "any". A
- * refusal is a usage error (exit 2) naming the option and the fix.
- */
+/** The value of `--allow-from`: canonical ranges, or null for "any". */
 export function allowFromOption(text: string): string[] | null {
-  if (text.trim().toLowerCase() === ANYWHERE) return null;
-  try {
-    return normalizeAllowFrom(text.split(",").filter((r) => r.trim() !== ""));
-  } catch (error) {
-    if (error instanceof InvalidFieldError) {
-      throw new UsageError(`--allow-from: ${describeStoreError(error)}`, {
-        code: error.code,
-      });
-    }
-    throw error;
-  }
+  if (text.trim().toLowerCase() === "any") return null;
+  return checked(
+    (ranges) =>
+      normalizeAllowFrom(ranges.split(",").filter((r) => r.trim() !== "")),
+    text,
+  );
 }
 
 /** `keys update KEY (--allow-from RANGES|any | --rate RATE|none)...`: one or both. */
@@ -69,41 +52,36 @@ export const update: Command = {
     const hasAllow = typeof raw === "string";
     const hasRate = typeof rateText === "string";
     if (!hasAllow && !hasRate) {
-      throw new UsageError(
+      throw new ConsoleError(
         '--allow-from or --rate is required: ranges such as 192.0.2.0/24 or "any"; a rate such as 600/min or "none"',
         { code: "option_required" },
       );
     }
     const allowFrom = hasAllow ? allowFromOption(raw) : undefined;
-    const rateLimit = hasRate ? rateOption(rateText) : undefined;
-    const asked = [
-      ...(hasAllow ? ["--allow-from", raw] : []),
-      ...(hasRate ? ["--rate", rateText] : []),
-    ];
+    const rateLimit = hasRate ? checked(parseRate, rateText) : undefined;
     const target = await resolve(ctx.store, ctx.positionals[0]);
     if (target.status === "revoked") {
-      // Not rotate: a revoked key cannot be rotated either.
-      const holder = await holderOfName(ctx.store, target);
-      const instead = holder === null
-        ? `create the installation a new key with ${
-          advice([
-            "create",
-            "--name",
-            target.name,
-            "--email",
-            target.email,
-            ...asked,
-          ])
-        }`
-        : `key ${holder.id} has its name now: update that one with ${
-          advice(["update", String(holder.id), ...asked])
-        }`;
-      throw new CommandError(
+      const instead = await insteadOfRevoked(ctx.store, target, {
+        verb: "update",
+        also: [
+          ...(hasAllow ? ["--allow-from", raw] : []),
+          ...(hasRate ? ["--rate", rateText] : []),
+        ],
+      });
+      throw new ConsoleError(
         `Key ${named(target)} is revoked and works from nowhere; ${instead}`,
         { code: "key_revoked" },
       );
     }
     let record = target;
+    const said = (set: { changed: boolean }, now: string, already: string) =>
+      report(
+        `Key ${named(record)} ${
+          set.changed
+            ? `${now}, from the next request on.`
+            : `${already}; nothing changed.`
+        }`,
+      );
     if (allowFrom !== undefined) {
       const set = await ctx.store.setAllowFrom(target.id, allowFrom, {
         actor: ctx.actor,
@@ -112,15 +90,7 @@ export const update: Command = {
       const where = allowFrom === null
         ? "anywhere"
         : `only ${allowFrom.join(", ")}`;
-      report(
-        set.changed
-          ? `Key ${
-            named(record)
-          } now works from ${where}, from the next request on.`
-          : `Key ${
-            named(record)
-          } already worked from ${where}; nothing changed.`,
-      );
+      said(set, `now works from ${where}`, `already worked from ${where}`);
     }
     if (rateLimit !== undefined) {
       const set = await ctx.store.setRateLimit(target.id, rateLimit, {
@@ -129,12 +99,8 @@ export const update: Command = {
       record = set.record;
       const rate = rateLimit === null
         ? "no rate limit"
-        : `a rate limit of ${shownRate(rateLimit)}`;
-      report(
-        set.changed
-          ? `Key ${named(record)} now has ${rate}, from the next request on.`
-          : `Key ${named(record)} already had ${rate}; nothing changed.`,
-      );
+        : `a rate limit of ${formatRate(rateLimit)}`;
+      said(set, `now has ${rate}`, `already had ${rate}`);
     }
     // get() fills in the usage lists the change does not return.
     printRecord(ctx, (await ctx.store.get(record.id)) ?? record);

@@ -6,7 +6,7 @@
 
 import { folderOf } from "../../server/permissions.ts";
 import { writeAll } from "../../util/write_all.ts";
-import { BackupError } from "./errors.ts";
+import { ConsoleError } from "../errors.ts";
 
 export const EXPORT_FORMAT = "integration-service-keys";
 /** FILE as stdout for an export, stdin for an import. */
@@ -42,7 +42,7 @@ export function fileProblem(
   verb: string,
 ): unknown {
   if (error instanceof Deno.errors.NotCapable) {
-    return new BackupError(
+    return new ConsoleError(
       `This process may not touch ${
         JSON.stringify(file)
       }; run the command through deno task -q keys, which grants access to the FILE it names`,
@@ -50,7 +50,7 @@ export function fileProblem(
     );
   }
   if (error instanceof Deno.errors.PermissionDenied) {
-    return new BackupError(
+    return new ConsoleError(
       `${file} cannot be ${verb} by this user (${error.message}); check the owner and mode of the file and its folder`,
       { code: "file_refused" },
     );
@@ -142,8 +142,8 @@ export async function removeQuietly(path: string): Promise<void> {
   }
 }
 
-export function alreadyThere(file: string): BackupError {
-  return new BackupError(
+export function alreadyThere(file: string): ConsoleError {
+  return new ConsoleError(
     `${file} already exists, and an export never overwrites a file; choose a new name or remove it first`,
     { code: "file_exists" },
   );

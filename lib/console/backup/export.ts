@@ -1,16 +1,12 @@
 /**
- * Backup of a store as a file: `keys export`.
- *
- * An export is JSON lines: a header naming the format, one line per key
- * record or audit line as `exportAll()` yields them, and an end line with the
- * counts, so that an import can tell a complete file from one cut short.
+ * Backup of a store as a file: `keys export`, in the format mod.ts describes.
  *
  * @module
  */
 
 import type { KeyStore } from "../../store/types.ts";
 import { pathExists } from "../../util/exists.ts";
-import { BackupError } from "./errors.ts";
+import { ConsoleError } from "../errors.ts";
 import {
   alreadyThere,
   BackupSummary,
@@ -46,11 +42,11 @@ export async function exportTo(
   if (file === STDOUT) return await exportToStdout(store, options);
   const { folder, base } = splitPath(file);
   if (base === "" || base === "." || base === "..") {
-    throw new BackupError(
+    throw new ConsoleError(
       `FILE must name a file, not ${
         JSON.stringify(file)
       }; use a path such as /var/backups/keys.jsonl`,
-      { usage: true, code: "file_not_found" },
+      { code: "file_not_found" },
     );
   }
   for (let attempt = 1;; attempt++) {
@@ -71,7 +67,7 @@ export async function exportTo(
     }
     await removeQuietly(temp);
     if (attempt === EXPORT_ATTEMPTS) {
-      throw new BackupError(
+      throw new ConsoleError(
         `Keys changed during each of ${EXPORT_ATTEMPTS} attempts to export; export again when no one is changing keys`,
         { code: "export_changed" },
       );
@@ -97,7 +93,7 @@ async function exportToStdout(
   });
   if (await store.revision() !== before) {
     await writer.flush();
-    throw new BackupError(
+    throw new ConsoleError(
       "Keys changed during the export, so it stopped before its end line and an import will refuse what was written; export again when no one is changing keys",
       { code: "export_changed" },
     );
@@ -153,9 +149,9 @@ async function writeExport(
     });
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) {
-      throw new BackupError(
+      throw new ConsoleError(
         `The folder ${folder} of FILE does not exist; create it or use a path such as /var/backups/keys.jsonl`,
-        { usage: true, code: "file_not_found" },
+        { code: "file_not_found" },
       );
     }
     throw fileProblem(error, file, "written");

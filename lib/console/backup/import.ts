@@ -13,7 +13,7 @@ import type {
   KeyRecord,
   KeyStore,
 } from "../../store/types.ts";
-import { BackupError } from "./errors.ts";
+import { ConsoleError } from "../errors.ts";
 import {
   BackupSummary,
   counted,
@@ -49,9 +49,9 @@ export async function importFrom(
     handle = await Deno.open(file, { read: true });
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) {
-      throw new BackupError(
+      throw new ConsoleError(
         `${file} does not exist; give the path of a file written by "keys export", such as /var/backups/keys.jsonl`,
-        { usage: true, code: "file_not_found" },
+        { code: "file_not_found" },
       );
     }
     throw fileProblem(error, file, "read");
@@ -93,6 +93,11 @@ async function readImport(
   }
 }
 
+/** A file that is not a complete, well-formed export. */
+function invalid(message: string): ConsoleError {
+  return new ConsoleError(message, { code: "file_invalid" });
+}
+
 /** A signal that ended the import, with the exit code the shell gives it. */
 class Interrupted extends Error {
   override name = "Interrupted";
@@ -132,15 +137,15 @@ class ExportReader {
     ) {
       const text = describeStoreError(error);
       const message = text[0].toLowerCase() + text.slice(1);
-      return new BackupError(
+      return invalid(
         `Line ${this.#line} of ${this.#file}: ${message}`,
       );
     }
     return error;
   }
 
-  #problem(what: string, fix = "fix the line or export again"): BackupError {
-    return new BackupError(
+  #problem(what: string, fix = "fix the line or export again"): ConsoleError {
+    return invalid(
       `Line ${this.#line} of ${this.#file} ${what}; ${fix}`,
     );
   }
@@ -180,17 +185,17 @@ class ExportReader {
     }
     this.#done = true;
     if (this.#line === 0) {
-      throw new BackupError(
+      throw invalid(
         `${this.#file} is empty; give a file written by "keys export"`,
       );
     }
     if (end === null) {
-      throw new BackupError(
+      throw invalid(
         `${this.#file} ends at line ${this.#line} without its end line, so it was cut short; copy it again or export again`,
       );
     }
     if (end.keys !== seen.keys || end.audit !== seen.audit) {
-      throw new BackupError(
+      throw invalid(
         `The end line of ${this.#file} counts ${
           counted(end)
         }, but the file holds ${counted(seen)}; export again`,

@@ -8,7 +8,6 @@
  * @module
  */
 
-export { BackupError, type BackupErrorCode } from "./errors.ts";
 export { type BackupSummary, counted } from "./_shared.ts";
 export { exportTo } from "./export.ts";
 export { importFrom } from "./import.ts";
