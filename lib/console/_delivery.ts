@@ -6,6 +6,7 @@
  */
 
 import { fstatSync } from "node:fs";
+import { WaitInterruptedError } from "../store/acknowledged.ts";
 import { ConsoleError } from "./errors.ts";
 
 /** What `create` and `rotate` say on stderr once the key is out. */
@@ -45,4 +46,20 @@ export function writeFailure(error: unknown): string {
     return "the program reading it has exited";
   }
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * A change's result, and the interruption of its wait for servers if Ctrl-C
+ * ended it: the change is made either way, and the new key must go out
+ * before the interruption is reported, or its reader would discard it.
+ */
+export async function made<T>(
+  change: Promise<T>,
+): Promise<[T, WaitInterruptedError | null]> {
+  try {
+    return [await change, null];
+  } catch (error) {
+    if (!(error instanceof WaitInterruptedError)) throw error;
+    return [error.result as T, error];
+  }
 }

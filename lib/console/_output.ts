@@ -12,7 +12,6 @@ import { writeAllSync } from "../util/write_all.ts";
 export class Output {
   #chunks: string[] = [];
   #size = 0;
-  #encoder = new TextEncoder();
   #closed = false;
   #delivered = false;
 
@@ -39,7 +38,6 @@ export class Output {
     if (this.#size > 64 * 1024) this.flush();
   }
 
-  /** Queues text and a newline. */
   line(text: string): void {
     this.write(text + "\n");
   }
@@ -49,9 +47,7 @@ export class Output {
    * not take all of it: for a key, whose loss must not pass unnoticed.
    */
   deliver(text: string): void {
-    const bytes = this.#encoder.encode(this.#chunks.join("") + text);
-    this.#chunks = [];
-    this.#size = 0;
+    const bytes = this.#take(text);
     if (this.#closed) throw new Deno.errors.BrokenPipe("stdout is closed");
     writeAllSync(Deno.stdout, bytes);
     this.#delivered = true;
@@ -62,15 +58,19 @@ export class Output {
    * header with no rows, a `[` with no `]`) must not reach stdout.
    */
   discard(): void {
+    this.#take();
+  }
+
+  #take(text = ""): Uint8Array {
+    const bytes = new TextEncoder().encode(this.#chunks.join("") + text);
     this.#chunks = [];
     this.#size = 0;
+    return bytes;
   }
 
   /** Writes out what is pending; a reader that went away ends the output quietly. */
   flush(): void {
-    const bytes = this.#encoder.encode(this.#chunks.join(""));
-    this.#chunks = [];
-    this.#size = 0;
+    const bytes = this.#take();
     if (this.#closed) return;
     try {
       writeAllSync(Deno.stdout, bytes);

@@ -19,15 +19,11 @@ import { commandHelp, mainHelp } from "./_help.ts";
 import { visible } from "./_output.ts";
 import { versionLine } from "../util/version.ts";
 
-/** A command line that names a command to run. */
+/** A command line that names a command to run: its options include `--json`. */
 export interface ParsedCommand {
-  /** The command's name, as typed. */
   name: string;
-  /** The command itself, from the table. */
   command: Command;
-  /** Its options, `--json` included. */
   values: Context["values"];
-  /** Its positional arguments, within its bounds. */
   positionals: string[];
 }
 

@@ -8,30 +8,15 @@ import { writeAll } from "../util/write_all.ts";
 import { ConsoleError } from "./errors.ts";
 import { safeLines } from "./_output.ts";
 
-/** What {@linkcode confirm} asks, and the failure when the answer is no. */
-export interface Question {
-  /** Asked on stderr, followed by ` [y/N] `. */
-  question: string;
-  /** The message of the {@linkcode ConsoleError} thrown on any answer but yes. */
-  declined: string;
-}
-
-/** When not to ask: `--yes` was given, or nobody is at the terminal. */
-export interface ConfirmOptions {
-  /** The command line had `--yes`. */
-  yes: boolean;
-  /** stdin is a terminal, so someone can answer. */
-  interactive: boolean;
-}
-
 /**
  * Asks a yes/no question on stderr (stdout may be captured, as with
  * `NEW=$(keys rotate …)`) when someone is at the terminal; a script is never
- * asked. Anything but y or yes declines.
+ * asked. Anything but y or yes declines: a {@linkcode ConsoleError} with
+ * the message `declined`.
  */
 export async function confirm(
-  text: Question,
-  options: ConfirmOptions,
+  text: { question: string; declined: string },
+  options: { yes: boolean; interactive: boolean },
 ): Promise<void> {
   if (options.yes || !options.interactive) return;
   await writeAll(Deno.stderr, `${safeLines(text.question)} [y/N] `);

@@ -11,20 +11,25 @@ import {
   publicRecord,
 } from "../store/records.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
-import { WaitInterruptedError } from "../store/acknowledged.ts";
 import type { Command } from "./command.ts";
 import {
+  made,
   refuseDiscardingStdout,
   STORE_WARNING,
   writeFailure,
 } from "./_delivery.ts";
 import { ConsoleError, failure } from "./errors.ts";
-import { checked, required } from "./_input.ts";
+import {
+  checked,
+  LIFETIME_OPTIONS,
+  RATE_OPTION,
+  requestedExpiry,
+  requestedRate,
+  required,
+} from "./_input.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
-import { LIFETIME_OPTIONS, requestedExpiry } from "./_lifetime.ts";
 import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
-import { RATE_OPTION, requestedRate } from "./_rate.ts";
 import { formatRate } from "../auth/rate_limit.ts";
 
 /** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES] [--rate RATE]`. */
@@ -62,25 +67,15 @@ export const create: Command = {
     const rateLimit = requestedRate(values);
     refuseDiscardingStdout();
     const fresh = generateApiKey();
-    let record: KeyRecord;
-    let interrupted: WaitInterruptedError | null = null;
-    try {
-      record = await store.create({
-        name,
-        email,
-        hash: fresh.hash,
-        hint: fresh.hint,
-        expiresAt,
-        allowFrom,
-        rateLimit,
-      }, { actor });
-    } catch (error) {
-      if (!(error instanceof WaitInterruptedError)) throw error;
-      // Stored, and nobody else has the key: it goes out before the
-      // interruption is reported.
-      interrupted = error;
-      record = error.result as KeyRecord;
-    }
+    const [record, interrupted] = await made(store.create({
+      name,
+      email,
+      hash: fresh.hash,
+      hint: fresh.hint,
+      expiresAt,
+      allowFrom,
+      rateLimit,
+    }, { actor }));
     // Stored first, so that a key on stdout always works; a key nobody
     // received is revoked again, which touches no other key.
     try {

@@ -26,6 +26,7 @@ import {
   YES_OPTION,
 } from "./command.ts";
 import {
+  made,
   refuseDiscardingStdout,
   STORE_WARNING,
   writeFailure,
@@ -41,7 +42,7 @@ import {
   newestOfLine,
   resolve,
 } from "./_records.ts";
-import { fromNow, requestedExpiry } from "./_lifetime.ts";
+import { fromNow, requestedExpiry } from "./_input.ts";
 
 /** `keys rotate KEY [--overlap DURATION] [--until-first-use] [--yes]`. */
 export const rotate: Command = {
@@ -130,20 +131,12 @@ export const rotate: Command = {
         { code: "key_not_delivered" },
       );
     }
-    let rotated: RotateResult;
-    let interrupted: WaitInterruptedError | null = null;
-    try {
-      rotated = await rotateAfterWrite(store, target, {
+    const [rotated, interrupted] = await made(
+      rotateAfterWrite(store, target, {
         fresh: { ...fresh, expiresAt: requestedExpiry({}, { now }) },
         rotation: { actor, ...overlap },
-      });
-    } catch (error) {
-      if (!(error instanceof WaitInterruptedError)) throw error;
-      // The store holds the new key: its value is finished before the
-      // interruption is reported, or its reader would discard it.
-      interrupted = error;
-      rotated = error.result as RotateResult;
-    }
+      }),
+    );
     const { revoked, created, retired } = rotated;
     // The old key as the store holds it after the change, with the usage
     // that only get() fills in (a rotation returns the bare record).

@@ -9,10 +9,9 @@ import { formatRate, parseRate } from "../auth/rate_limit.ts";
 import { normalizeAllowFrom } from "../store/usage_lists.ts";
 import { type Command, KEY_ARGUMENT, type OptionSpec } from "./command.ts";
 import { ConsoleError } from "./errors.ts";
-import { checked } from "./_input.ts";
+import { checked, RATE_OPTION } from "./_input.ts";
 import { report } from "./_output.ts";
 import { insteadOfRevoked, named, printRecord, resolve } from "./_records.ts";
-import { RATE_OPTION } from "./_rate.ts";
 
 /** The option of `create` and `update`. */
 export const ALLOW_FROM_OPTION: OptionSpec = {

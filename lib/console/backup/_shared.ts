@@ -4,22 +4,14 @@
  * @module
  */
 
-import { folderOf } from "../../server/permissions.ts";
-import { writeAll } from "../../util/write_all.ts";
 import { ConsoleError } from "../errors.ts";
 
 export const EXPORT_FORMAT = "integration-service-keys";
-/** FILE as stdout for an export, stdin for an import. */
-export const STDOUT = "-";
 /**
- * The export format of 1.0, the one version an import reads: versions 1
- * and 2 were never released, and a later version that changes the format
+ * The one version an import reads; a later version that changes the format
  * reads this one on.
  */
 export const EXPORT_VERSION = 3;
-/** No line of an export comes near this; a longer one is not an export. */
-export const MAX_LINE_CHARS = 1024 * 1024;
-export const PROGRESS_EVERY_MS = 2000;
 
 /** What `export` and `import --json` print. */
 export interface BackupSummary {
@@ -96,55 +88,8 @@ export class Progress {
 
   tick(counts: { keys: number; audit: number }): void {
     const now = Date.now();
-    if (now - this.#last < PROGRESS_EVERY_MS) return;
+    if (now - this.#last < 2000) return;
     this.#last = now;
     console.error(`${this.#verb} ${counted(counts)} so far…`);
   }
-}
-
-/** Batches lines into few writes. */
-export class LineWriter {
-  #file: { write(bytes: Uint8Array): Promise<number> };
-  #chunks: string[] = [];
-  #size = 0;
-
-  constructor(file: { write(bytes: Uint8Array): Promise<number> }) {
-    this.#file = file;
-  }
-
-  async line(text: string): Promise<void> {
-    this.#chunks.push(text, "\n");
-    this.#size += text.length + 1;
-    if (this.#size >= 256 * 1024) await this.flush();
-  }
-
-  async flush(): Promise<void> {
-    const text = this.#chunks.join("");
-    this.#chunks = [];
-    this.#size = 0;
-    await writeAll(this.#file, new TextEncoder().encode(text));
-  }
-}
-
-/** The folder as the keys task grants it, so a backslash is part of a name. */
-export function splitPath(file: string): { folder: string; base: string } {
-  return {
-    folder: folderOf(file),
-    base: file.slice(file.lastIndexOf("/") + 1),
-  };
-}
-
-export async function removeQuietly(path: string): Promise<void> {
-  try {
-    await Deno.remove(path);
-  } catch {
-    // Already gone, or unremovable: the error that matters is the caller's.
-  }
-}
-
-export function alreadyThere(file: string): ConsoleError {
-  return new ConsoleError(
-    `${file} already exists, and an export never overwrites a file; choose a new name or remove it first`,
-    { code: "file_exists" },
-  );
 }

@@ -4,21 +4,19 @@
  * @module
  */
 
+import { folderOf } from "../../server/permissions.ts";
 import type { KeyStore } from "../../store/types.ts";
 import { pathExists } from "../../util/exists.ts";
+import { writeAll } from "../../util/write_all.ts";
+import { STDIO } from "../command.ts";
 import { ConsoleError } from "../errors.ts";
 import {
-  alreadyThere,
   BackupSummary,
   EXPORT_FORMAT,
   EXPORT_VERSION,
   fileProblem,
-  LineWriter,
   onInterruption,
   Progress,
-  removeQuietly,
-  splitPath,
-  STDOUT,
 } from "./_shared.ts";
 
 /** Exports begun afresh because keys changed meanwhile, before giving up. */
@@ -39,8 +37,10 @@ export async function exportTo(
   file: string,
   options: { actor: string },
 ): Promise<BackupSummary> {
-  if (file === STDOUT) return await exportToStdout(store, options);
-  const { folder, base } = splitPath(file);
+  if (file === STDIO) return await exportToStdout(store, options);
+  // The folder as the keys task grants it, so a backslash is part of a name.
+  const folder = folderOf(file);
+  const base = file.slice(file.lastIndexOf("/") + 1);
   if (base === "" || base === "." || base === "..") {
     throw new ConsoleError(
       `FILE must name a file, not ${
@@ -53,7 +53,15 @@ export async function exportTo(
     const temp = `${folder}/.${base}.${crypto.randomUUID().slice(0, 8)}.tmp`;
     // The unfinished file holds hashes and e-mail addresses: Ctrl-C, a
     // SIGTERM or a closed terminal must not leave it behind.
-    using _guard = removedOnSignal(temp);
+    using _guard = onInterruption((code) => {
+      try {
+        Deno.removeSync(temp);
+      } catch {
+        // Not created yet, or published and removed already.
+      }
+      console.error("Export interrupted; the unfinished file was removed");
+      Deno.exit(code);
+    });
     const before = await store.revision();
     const summary = await writeExport(store, {
       file,
@@ -98,10 +106,7 @@ async function exportToStdout(
       { code: "export_changed" },
     );
   }
-  await writer.line(
-    JSON.stringify({ type: "end", keys: summary.keys, audit: summary.audit }),
-  );
-  await writer.flush();
+  await writer.end(summary);
   return summary;
 }
 
@@ -156,36 +161,18 @@ async function writeExport(
     }
     throw fileProblem(error, file, "written");
   }
-  let summary: BackupSummary;
+  using _ = handle;
   try {
     const writer = new LineWriter(handle);
-    summary = await writeLines(store, writer, target);
-    await writer.line(
-      JSON.stringify({ type: "end", keys: summary.keys, audit: summary.audit }),
-    );
-    await writer.flush();
+    const summary = await writeLines(store, writer, target);
+    await writer.end(summary);
     // The bytes reach the disk before the name does.
     await handle.sync();
+    return summary;
   } catch (error) {
-    handle.close();
     await removeQuietly(temp);
     throw fileProblem(error, file, "written");
   }
-  handle.close();
-  return summary;
-}
-
-/** Until disposed, an interrupting signal removes `path` and exits as the signal would. */
-function removedOnSignal(path: string): Disposable {
-  return onInterruption((code) => {
-    try {
-      Deno.removeSync(path);
-    } catch {
-      // Not created yet, or published and removed already.
-    }
-    console.error("Export interrupted; the unfinished file was removed");
-    Deno.exit(code);
-  });
 }
 
 async function publish(temp: string, file: string): Promise<void> {
@@ -211,4 +198,50 @@ async function publish(temp: string, file: string): Promise<void> {
     return;
   }
   await removeQuietly(temp);
+}
+
+/** Batches lines into few writes. */
+class LineWriter {
+  #chunks: string[] = [];
+  #size = 0;
+
+  constructor(
+    private readonly file: { write(bytes: Uint8Array): Promise<number> },
+  ) {}
+
+  async line(text: string): Promise<void> {
+    this.#chunks.push(text, "\n");
+    this.#size += text.length + 1;
+    if (this.#size >= 256 * 1024) await this.flush();
+  }
+
+  /** The end line, with the counts an import checks, and a flush. */
+  async end(counts: { keys: number; audit: number }): Promise<void> {
+    await this.line(
+      JSON.stringify({ type: "end", keys: counts.keys, audit: counts.audit }),
+    );
+    await this.flush();
+  }
+
+  async flush(): Promise<void> {
+    const text = this.#chunks.join("");
+    this.#chunks = [];
+    this.#size = 0;
+    await writeAll(this.file, new TextEncoder().encode(text));
+  }
+}
+
+async function removeQuietly(path: string): Promise<void> {
+  try {
+    await Deno.remove(path);
+  } catch {
+    // Already gone, or unremovable: the error that matters is the caller's.
+  }
+}
+
+function alreadyThere(file: string): ConsoleError {
+  return new ConsoleError(
+    `${file} already exists, and an export never overwrites a file; choose a new name or remove it first`,
+    { code: "file_exists" },
+  );
 }

@@ -13,6 +13,7 @@ import type {
   KeyRecord,
   KeyStore,
 } from "../../store/types.ts";
+import { STDIO } from "../command.ts";
 import { ConsoleError } from "../errors.ts";
 import {
   BackupSummary,
@@ -20,10 +21,8 @@ import {
   EXPORT_FORMAT,
   EXPORT_VERSION,
   fileProblem,
-  MAX_LINE_CHARS,
   onInterruption,
   Progress,
-  STDOUT,
 } from "./_shared.ts";
 
 /**
@@ -35,7 +34,7 @@ export async function importFrom(
   file: string,
   options: { actor: string },
 ): Promise<BackupSummary> {
-  if (file === STDOUT) {
+  if (file === STDIO) {
     if (Deno.stdin.isTerminal()) {
       // Otherwise it would wait in silence for input nobody knows to type.
       console.error(
@@ -284,7 +283,8 @@ class ExportReader {
         yield part.endsWith("\r") ? part.slice(0, -1) : part;
       }
       if (n === null) return;
-      if (rest.length > MAX_LINE_CHARS) {
+      // No line of an export comes near 1 MiB.
+      if (rest.length > 1024 * 1024) {
         this.#line++;
         throw this.#problem(
           "is longer than 1 MiB, which no line of an export is",
