@@ -27,10 +27,8 @@ export interface PostgresStoreOptions {
   statementTimeoutMs?: number;
 }
 
-/** The driver's pool. */
 export type Sql = postgres.Sql;
 
-/** The driver's handle on one transaction. */
 export type Tx = postgres.TransactionSql;
 
 /**
@@ -145,21 +143,12 @@ export class Pool {
 
   /**
    * Any other call of one statement: a lost connection or a timeout is an
-   * outage; other errors pass. Without `timeoutMs` it waits as long as the
-   * server's own statement timeouts let it. A change of several statements
-   * goes through {@linkcode Pool.transaction} instead.
+   * outage; other errors pass. A change of several statements goes through
+   * {@linkcode Pool.transaction} instead.
    */
-  async call<T>(
-    work: () => Promise<T>,
-    options: { timeoutMs?: number | null } = {},
-  ): Promise<T> {
-    const timeoutMs = options.timeoutMs === undefined
-      ? this.#timeoutMs
-      : options.timeoutMs;
+  async call<T>(work: () => Promise<T>): Promise<T> {
     try {
-      return timeoutMs === null
-        ? await work()
-        : await bounded(work(), timeoutMs);
+      return await bounded(work(), this.#timeoutMs);
     } catch (error) {
       throw asUnavailable(error, "The key store cannot be used");
     }

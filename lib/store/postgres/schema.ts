@@ -1,6 +1,6 @@
 /**
- * The PostgreSQL schema: 1.0's baseline, created in one transaction, and
- * the steps of later versions, each recorded in `store_schema`.
+ * The PostgreSQL schema: 1.0's baseline, created in one transaction and
+ * recorded in `store_schema`.
  *
  * Tables:
  * - `entries`: the seam's entries (lib/store/entries.ts), one row each: the
@@ -9,7 +9,7 @@
  *   versionstamp of the commit that wrote it, from `entry_versionstamps`.
  *   What each entry holds is the layout's (lib/store/layout/_keys.ts), the
  *   same on Deno KV.
- * - `store_schema`: the versions applied.
+ * - `store_schema`: the version applied.
  *
  * A database holding no `store_schema` but one of the tables below was not
  * made by 1.0 or later (every layout before 1.0 recorded its version in
@@ -19,8 +19,7 @@
  */
 
 import { bounded } from "../../util/bounded.ts";
-import { StoreOpenError } from "../errors.ts";
-import { failLockWaitsFirst, isHeldTable, tablesHeld } from "./_locks.ts";
+import { StoreOpenError, StoreUnavailableError } from "../errors.ts";
 import {
   asUnavailable,
   callTimeoutMs,
@@ -29,51 +28,34 @@ import {
   type Sql,
 } from "./connection.ts";
 
-/** The schema a database was at, and the one it is at now. */
-export interface MigrateResult {
-  from: number;
-  to: number;
-}
-
 /**
  * The database holds a schema newer than this code knows. The message names
  * the operator's fix, as the server and the console both print it.
  */
 export class SchemaVersionError extends StoreOpenError {
   override name = "SchemaVersionError";
-  /** The database's schema version. */
-  readonly found: number;
-  /** The newest version this code knows. */
-  readonly known: number;
 
-  constructor(found: number, known: number) {
+  /** `found`: the database's schema version; `known`: the newest this code knows. */
+  constructor(readonly found: number, readonly known: number) {
     super(
       "schema_too_new",
       `The key store's schema is at version ${found}, newer than the ${known} this service knows; upgrade the service or point DATABASE_URL at another database`,
     );
-    this.found = found;
-    this.known = known;
   }
 }
 
-/**
- * The schema, one step per version, applied in order in one transaction and
- * never edited once released: a change is a new step at the end.
- */
-const STEPS: readonly string[] = [
-  // 1: 1.0's baseline.
-  `
+/** 1.0's baseline: the only schema there is. */
+const BASELINE = `
   CREATE TABLE entries (
     key bytea PRIMARY KEY,
     value json NOT NULL,
     versionstamp bigint NOT NULL
   );
   CREATE SEQUENCE entry_versionstamps;
-  `,
-];
+  `;
 
 /** The newest schema version this code knows. */
-export const SCHEMA_VERSION: number = STEPS.length;
+export const SCHEMA_VERSION = 1;
 
 /**
  * Tables whose presence without `store_schema` means a database this code
@@ -82,18 +64,19 @@ export const SCHEMA_VERSION: number = STEPS.length;
  */
 const FOREIGN_TABLES = ["schema_version", "entries", "entry_versionstamps"];
 
-/** The tables an opening reads or a step changes, named when held. */
+/** The tables an opening reads or creates, named when held. */
 const STORE_TABLES = ["store_schema", "entries"];
 
 /**
- * Creates or upgrades the schema of the database at `url`; safe to run again
+ * Creates the schema of the database at `url` if missing; safe to run again
  * and from several processes at once. Throws {@linkcode SchemaVersionError}
- * when the database is newer than this code.
+ * when the database is newer than this code. Returns the version the
+ * database was at, and the one it is at now.
  */
 export async function migrate(
   url: string,
   options: PostgresStoreOptions = {},
-): Promise<MigrateResult> {
+): Promise<{ from: number; to: number }> {
   const sql = connect(url, { ...options, maxConnections: 1 });
   try {
     return await bounded(migrateWith(sql), callTimeoutMs(options));
@@ -110,14 +93,20 @@ export async function migrate(
  * Brings the schema of the database behind `sql` up to date in one
  * transaction; the caller bounds the time it may take.
  */
-export async function migrateWith(sql: Sql): Promise<MigrateResult> {
-  const stage = { queued: true };
+export async function migrateWith(
+  sql: Sql,
+): Promise<{ from: number; to: number }> {
+  let queued = true;
   try {
     return await sql.begin(async (tx) => {
       // One opening at a time, even when several instances start together.
       await tx`SELECT pg_advisory_xact_lock(hashtext('keys: schema migration'))`;
-      stage.queued = false;
-      await failLockWaitsFirst(tx);
+      queued = false;
+      // A lock wait fails as itself before the statement's own timeout
+      // does, so that the failure can name the holder.
+      await tx`SELECT set_config('lock_timeout', (extract(epoch FROM
+        current_setting('statement_timeout')::interval) * 800)::bigint::text,
+        true)`;
       const present = new Set(
         (await tx<{ name: string }[]>`
           SELECT name FROM unnest(string_to_array(
@@ -143,20 +132,62 @@ export async function migrateWith(sql: Sql): Promise<MigrateResult> {
       if (version > SCHEMA_VERSION) {
         throw new SchemaVersionError(version, SCHEMA_VERSION);
       }
-      for (let next = version + 1; next <= SCHEMA_VERSION; next++) {
-        await tx.unsafe(STEPS[next - 1]);
-        await tx`INSERT INTO store_schema (version) VALUES (${next})`;
+      if (version === 0) {
+        await tx.unsafe(BASELINE);
+        await tx`INSERT INTO store_schema (version) VALUES (${SCHEMA_VERSION})`;
       }
       return { from: version, to: SCHEMA_VERSION };
-    }) as MigrateResult;
+    }) as { from: number; to: number };
   } catch (error) {
-    // A table held past the lock timeout, or the advisory lock held past
-    // the statement timeout by another opener that such a table holds up.
-    if (!isHeldTable(error, stage.queued)) throw error;
-    throw await tablesHeld(sql, STORE_TABLES, {
-      what: "The key store's schema could not be checked",
-      queued: stage.queued,
-      cause: error,
-    });
+    // A table held past the lock timeout (55P03), or, while still queued,
+    // the advisory lock held past the statement timeout (57014) by another
+    // opener that such a table holds up.
+    const code = (error as { code?: unknown } | null)?.code;
+    if (code !== "55P03" && !(queued && code === "57014")) throw error;
+    throw await tablesHeld(sql, { queued, cause: error });
   }
+}
+
+/**
+ * The `store_busy` error for the store's tables held past the lock timeout,
+ * naming the sessions that hold them and wait for nothing themselves (one
+ * that waits is held up by another, the one to end): a transaction left
+ * open in psql, a console paused mid-change, a running pg_dump.
+ */
+async function tablesHeld(
+  sql: Sql,
+  options: { queued: boolean; cause: unknown },
+): Promise<StoreUnavailableError> {
+  const holders = await sql<
+    { pid: number; application: string | null; address: string | null }[]
+  >`
+    SELECT DISTINCT a.pid, a.application_name AS application,
+      host(a.client_addr) AS address
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.granted AND a.pid <> pg_backend_pid()
+      AND l.relation IN (SELECT to_regclass(name)::oid
+        FROM unnest(string_to_array(${STORE_TABLES.join(",")}, ',')) name)
+      AND NOT EXISTS (
+        SELECT 1 FROM pg_locks w WHERE w.pid = a.pid AND NOT w.granted)
+    ORDER BY a.pid`.catch(() => []);
+  const sessions = holders.map(({ pid, application, address }) =>
+    `database session ${pid}${application ? ` (${application})` : ""}${
+      address ? ` from ${address}` : ""
+    }`
+  );
+  const end = holders.length === 1
+    ? `end it (SELECT pg_terminate_backend(${holders[0].pid}))`
+    : "end them (SELECT pg_terminate_backend(pid) for each)";
+  const why = holders.length > 0
+    ? `${
+      sessions.join(", ")
+    } kept its tables locked; ${end} or let it finish, then start again`
+    : options.queued
+    ? "another process upgrading it took longer than the statement timeout; start again once it has finished"
+    : "another session (a transaction left open in psql, a paused console, a running pg_dump) kept its tables locked; end it or let it finish, then start again";
+  return new StoreUnavailableError(
+    "store_busy",
+    `The key store's schema could not be checked: ${why}`,
+    { cause: options.cause },
+  );
 }

@@ -20,9 +20,6 @@ import {
 import { PostgresEntries } from "./entries.ts";
 import { migrateWith } from "./schema.ts";
 
-/** The key store on PostgreSQL, as {@linkcode openPostgresStore} opens it. */
-export type PostgresKeyStore = KeyService;
-
 /**
  * Opens a store on the PostgreSQL database at `url`, bringing its schema up
  * to date first. Throws `StoreOpenError` when the database's schema is
@@ -32,7 +29,7 @@ export type PostgresKeyStore = KeyService;
 export async function openPostgresStore(
   url: string,
   options: PostgresStoreOptions = {},
-): Promise<PostgresKeyStore> {
+): Promise<KeyService> {
   const sql = connect(url, options);
   try {
     await bounded(migrateWith(sql), callTimeoutMs(options));
