@@ -54,11 +54,9 @@ export type StoreUnavailableCode =
 /** A request the store refuses: the caller asked for something it cannot do. */
 export class StoreInputError extends Error {
   override name = "StoreInputError";
-  readonly code: StoreInputCode;
 
-  constructor(code: StoreInputCode, message: string) {
+  constructor(readonly code: StoreInputCode, message: string) {
     super(message);
-    this.code = code;
   }
 }
 
@@ -83,43 +81,33 @@ export class KeyNotFoundError extends StoreInputError {
 /** The name asked for is held by the valid key `id`. */
 export class NameTakenError extends StoreInputError {
   override name = "NameTakenError";
-  readonly keyName: string;
-  readonly id: number;
 
-  constructor(keyName: string, id: number) {
+  constructor(readonly keyName: string, readonly id: number) {
     super(
       "name_taken",
       `Name ${JSON.stringify(keyName)} is already used by valid key ${id}`,
     );
-    this.keyName = keyName;
-    this.id = id;
   }
 }
 
 /** Key `id` is revoked, and a revoked key cannot be rotated. */
 export class RotateRevokedError extends StoreInputError {
   override name = "RotateRevokedError";
-  readonly id: number;
 
-  constructor(id: number) {
+  constructor(readonly id: number) {
     super("rotate_revoked", `Key ${id} is revoked and cannot be rotated`);
-    this.id = id;
   }
 }
 
 /** The key is in a rotation's overlap already: its replacement is the one to rotate. */
 export class RotateRetiringError extends StoreInputError {
   override name = "RotateRetiringError";
-  readonly id: number;
-  readonly replacedBy: number;
 
-  constructor(id: number, replacedBy: number) {
+  constructor(readonly id: number, readonly replacedBy: number) {
     super(
       "rotate_retiring",
       `Key ${id} is retiring, replaced by key ${replacedBy}`,
     );
-    this.id = id;
-    this.replacedBy = replacedBy;
   }
 }
 
@@ -135,14 +123,12 @@ export class KeyCollisionError extends StoreInputError {
 /** The store has handed out every id up to `limit`. */
 export class KeyIdsExhaustedError extends StoreInputError {
   override name = "KeyIdsExhaustedError";
-  readonly limit: number;
 
-  constructor(limit: number) {
+  constructor(readonly limit: number) {
     super(
       "key_ids_exhausted",
       `Key ids have reached ${limit}, the highest there is`,
     );
-    this.limit = limit;
   }
 }
 
@@ -187,9 +173,6 @@ export class InvalidFieldError extends StoreInputError {
   }
 }
 
-/** Why an import cannot go on; see {@linkcode ImportStateError}. */
-export type ImportStateCode = "import_unfinished" | "import_aborted";
-
 /**
  * The store is in the middle of an import, or the import this call was
  * running was aborted from elsewhere. `import_unfinished`: another import
@@ -198,9 +181,9 @@ export type ImportStateCode = "import_unfinished" | "import_aborted";
  */
 export class ImportStateError extends StoreInputError {
   override name = "ImportStateError";
-  declare readonly code: ImportStateCode;
+  declare readonly code: "import_unfinished" | "import_aborted";
 
-  constructor(code: ImportStateCode) {
+  constructor(code: "import_unfinished" | "import_aborted") {
     super(
       code,
       code === "import_unfinished"
@@ -279,28 +262,24 @@ export class ImportKeyError extends StoreInputError {
 /** An imported audit line is malformed; `excerpt` is its JSON, cut short. */
 export class ImportAuditError extends StoreInputError {
   override name = "ImportAuditError";
-  readonly excerpt: string;
 
-  constructor(excerpt: string) {
+  constructor(readonly excerpt: string) {
     super(
       "import_bad_audit",
       `The import holds a malformed audit line ${excerpt}`,
     );
-    this.excerpt = excerpt;
   }
 }
 
 /** An import item is neither a key nor an audit line. */
 export class ImportItemError extends StoreInputError {
   override name = "ImportItemError";
-  readonly itemType: unknown;
 
-  constructor(itemType: unknown) {
+  constructor(readonly itemType: unknown) {
     super(
       "import_unknown_item",
       `The import holds an item of unknown type ${JSON.stringify(itemType)}`,
     );
-    this.itemType = itemType;
   }
 }
 
@@ -321,16 +300,12 @@ export class StoreUnavailableError extends Error {
     message: string,
     options: { cause?: unknown; timeoutMs?: number } = {},
   ) {
-    super(
-      message,
-      options.cause === undefined ? undefined : { cause: options.cause },
-    );
+    super(message, cause(options));
     this.code = code;
     this.timeoutMs = options.timeoutMs;
   }
 }
 
-/** Every code of {@linkcode StoreOpenError}. */
 export type StoreOpenCode = "schema_too_new" | "schema_unknown";
 
 /**
@@ -347,10 +322,12 @@ export class StoreOpenError extends Error {
     message: string,
     options: { cause?: unknown } = {},
   ) {
-    super(
-      message,
-      options.cause === undefined ? undefined : { cause: options.cause },
-    );
+    super(message, cause(options));
     this.code = code;
   }
+}
+
+/** An error's options: no `cause` at all, rather than an undefined one. */
+function cause(options: { cause?: unknown }): ErrorOptions | undefined {
+  return options.cause === undefined ? undefined : { cause: options.cause };
 }
