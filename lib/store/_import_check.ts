@@ -20,7 +20,7 @@ import {
   normalizeEmail,
 } from "./records.ts";
 import { storedRateLimit } from "./rate_limits.ts";
-import type { AuditEntry, KeyRecord, RateLimit } from "./types.ts";
+import type { AuditEntry, KeyRecord } from "./types.ts";
 import {
   NETWORKS_KEPT,
   normalizeAllowFrom,
@@ -34,13 +34,15 @@ import {
 export const IMPORT_REASON_MAX = 1000;
 /** Longest audit actor (OS user and host) an import takes; the console cuts its own to this. */
 export const IMPORT_ACTOR_MAX = 256;
-/** Names of revoked keys are not checked as new names are, only bounded. */
+/** Names of revoked and retiring keys are not checked as new names are, only bounded. */
 const REVOKED_NAME_MAX = 256;
 const HINT_MAX = 64;
 const EXPOSED_FROM_MAX = 256;
 /** An audit detail is a reason or a short sentence about an id or an address. */
 const DETAIL_MAX = IMPORT_REASON_MAX + 300;
 
+const LINKS = ["replacedBy", "retires", "rotatedFrom", "rateCounter"] as const;
+const TIMES = ["revokedAt", "exposedAt", "lastUsedAt", "expiresAt"] as const;
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$/;
 const ACTIONS = new Set<string>(AUDIT_ACTIONS);
 /** Every field of a record: an export writes them all. */
@@ -81,11 +83,6 @@ function _field<T>(id: number, check: () => T): T {
   }
 }
 
-/** A retiring valid key shares its name with its replacement; it is bounded only. */
-function nameOk(name: string): boolean {
-  return name.length <= REVOKED_NAME_MAX;
-}
-
 /**
  * The rotation links are key ids or null, and only as a rotation writes
  * them: no key replaces or retires itself, a replacement has a later id
@@ -93,14 +90,7 @@ function nameOk(name: string): boolean {
  * has the deadline that ends it.
  */
 function checkLinks(record: KeyRecord): void {
-  for (
-    const field of [
-      "replacedBy",
-      "retires",
-      "rotatedFrom",
-      "rateCounter",
-    ] as const
-  ) {
+  for (const field of LINKS) {
     const value = record[field];
     if (
       value !== null &&
@@ -171,17 +161,6 @@ function importedUsage(
   };
 }
 
-/** An imported key's rate limit: null, or a limit as a store keeps it. */
-function importedRateLimit(record: KeyRecord): RateLimit | null {
-  const value = record.rateLimit;
-  if (value === null) return null;
-  const limit = storedRateLimit(value);
-  if (limit === null) {
-    fail(record.id, "usage_malformed", { recordField: "rateLimit" });
-  }
-  return limit;
-}
-
 /**
  * Checks one import's records and audit lines as they stream by, remembering
  * what must stay unique across the whole import.
@@ -228,11 +207,7 @@ export class ImportChecker {
       const key = _field(id, () => nameKey(record.name));
       if (this.#names.has(key)) fail(id, "name_repeated");
       this.#names.add(key);
-    } else if (
-      record.status === "valid"
-        ? !nameOk(record.name)
-        : record.name.length > REVOKED_NAME_MAX
-    ) {
+    } else if (record.name.length > REVOKED_NAME_MAX) {
       fail(id, "name_too_long", { limit: REVOKED_NAME_MAX });
     }
     if (typeof record.hint !== "string" || record.hint.length > HINT_MAX) {
@@ -241,14 +216,7 @@ export class ImportChecker {
     if (!isIso(record.createdAt)) {
       fail(id, "time_malformed", { recordField: "createdAt" });
     }
-    for (
-      const field of [
-        "revokedAt",
-        "exposedAt",
-        "lastUsedAt",
-        "expiresAt",
-      ] as const
-    ) {
+    for (const field of TIMES) {
       if (!isoOrNull(record[field])) {
         fail(id, "time_malformed", { recordField: field });
       }
@@ -287,7 +255,11 @@ export class ImportChecker {
     const fields = Object.fromEntries(
       RECORD_FIELDS.map((field) => [field, record[field]]),
     ) as unknown as KeyRecord;
-    return { ...fields, rateLimit: importedRateLimit(record), ...usage };
+    const rateLimit = storedRateLimit(record.rateLimit);
+    if (record.rateLimit !== null && rateLimit === null) {
+      fail(id, "usage_malformed", { recordField: "rateLimit" });
+    }
+    return { ...fields, rateLimit, ...usage };
   }
 
   /**

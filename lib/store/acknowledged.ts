@@ -2,11 +2,8 @@
  * The writer's half of the lease protocol (lib/auth/lease.ts): a change returns
  * only once every registered server has acknowledged it, or that server's
  * lease has run out, so that no request sent afterwards is answered with
- * what the change replaced.
- *
- * {@linkcode acknowledged} gives a store the wait that every change of the
- * kind `authentication` must pass to return its result (lib/store/change.ts):
- * the kind is part of each change's type, so a new change cannot forget it.
+ * what the change replaced. Which changes wait is part of each change's
+ * type (lib/store/change.ts), so a new change cannot forget it.
  *
  * @module
  */
@@ -49,22 +46,16 @@ export interface AcknowledgeOptions {
    * {@linkcode WaitInterruptedError} with its result instead of returning.
    */
   signal?: AbortSignal;
-}
-
-/** Options of {@linkcode awaitAcknowledgement} alone. */
-export interface AwaitOptions extends AcknowledgeOptions {
   /**
-   * The revision to wait for, when it is known: a reader waits for the
-   * revision its read saw, not for whatever the store holds by then.
+   * {@linkcode awaitAcknowledgement}: the revision to wait for, when known:
+   * a reader waits for the revision its read saw, not for whatever the
+   * store holds by then.
    */
   revision?: bigint;
-}
-
-/** Options of {@linkcode acknowledged} alone. */
-export interface AcknowledgedOptions extends AcknowledgeOptions {
   /**
-   * Where the registrations are read; the acknowledged store itself unless
-   * set (a test slows or stops these reads alone).
+   * {@linkcode acknowledged}: where the registrations are read; the
+   * acknowledged store itself unless set (a test slows or stops these
+   * reads alone).
    */
   registry?: Registry;
 }
@@ -77,7 +68,7 @@ export interface AcknowledgedOptions extends AcknowledgeOptions {
  */
 export function acknowledged(
   store: KeyService,
-  options: AcknowledgedOptions = {},
+  options: AcknowledgeOptions = {},
 ): KeyService {
   const waiting: KeyService = store.with({
     acknowledge: async (change) => {
@@ -100,7 +91,7 @@ export function acknowledged(
  */
 export async function awaitAcknowledgement(
   store: Registry,
-  options: AwaitOptions = {},
+  options: AcknowledgeOptions = {},
 ): Promise<AcknowledgeReport> {
   const returned = performance.now();
   // No registration's lease counts as longer (leaseOf() below), so every

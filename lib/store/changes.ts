@@ -10,38 +10,33 @@
  * @module
  */
 
-import type { ChangeDraft, ChangeReads } from "./backend.ts";
+import type { ChangeDraft } from "./backend.ts";
+import type { Alters } from "./change.ts";
 import {
   InvalidFieldError,
   KeyCollisionError,
   KeyNotFoundError,
   NameTakenError,
+  RotateRetiringError,
   RotateRevokedError,
 } from "./errors.ts";
+import { recordAt } from "./expiry.ts";
 import {
   AUDIT_DETAIL,
   newRecord,
   normalizeEmail,
   normalizeName,
   overlappedPredecessor,
-  refuseRetiring,
-  retiredRecord,
   revokedRecord,
-  rotateDetail,
   rotation,
 } from "./records.ts";
 import {
   allowFromDetail,
   appendRefused,
   mergeNetworks,
-  networkDetail,
   normalizeAllowFrom,
 } from "./usage_lists.ts";
-import {
-  rateLimitDetail,
-  sameRateLimit,
-  storedRateLimit,
-} from "./rate_limits.ts";
+import { rateLimitDetail, storedRateLimit } from "./rate_limits.ts";
 import type {
   ChangeOptions,
   ExposeOptions,
@@ -57,9 +52,6 @@ import type {
 
 type Authenticating = ChangeDraft<"authentication">;
 type Quiet = ChangeDraft<"usage">;
-
-/** Who the audit log says noted a first use from a network. */
-const SERVER_ACTOR = "server";
 
 /** Stores a new valid key under the next id; its name must be free. */
 export async function createKey(
@@ -129,7 +121,10 @@ export async function rotateKey(
   const { replacement, ...rotate } = options;
   const current = await stored(draft, id);
   if (current.status === "revoked") throw new RotateRevokedError(id);
-  refuseRetiring(current);
+  // A key rotated with an overlap is on its way out: rotate its replacement.
+  if (current.replacedBy !== null) {
+    throw new RotateRetiringError(id, current.replacedBy);
+  }
   if (await draft.hashTaken(replacement.hash)) throw new KeyCollisionError();
   const predecessor = current.rotatedFrom === null
     ? null
@@ -165,7 +160,12 @@ export async function rotateKey(
     action: "rotate",
     keyId: id,
     actor: rotate.actor,
-    detail: rotateDetail(created.id, rotate),
+    detail: `replaced by key ${created.id}` +
+      (rotate.overlapUntil === undefined
+        ? ""
+        : `; the old key works until ${rotate.overlapUntil}${
+          rotate.untilFirstUse ? ` or key ${created.id}'s first use` : ""
+        }`),
   });
   return { revoked: old, created, retired };
 }
@@ -188,8 +188,15 @@ export async function retireKey(
   // The link is spent whatever became of the old key, so the write
   // happens once.
   if (firstUse) draft.update({ ...self, retires: null });
-  const record = target &&
-    retiredRecord(target, draft.at, firstUse ? self : undefined);
+  // Revoked as its deadline already decided, or now at the first use.
+  const lapsed = target?.status === "valid"
+    ? recordAt(target, draft.at.getTime())
+    : null;
+  const record = lapsed?.status === "revoked"
+    ? lapsed
+    : lapsed && firstUse
+    ? revokedRecord(lapsed, draft.at, AUDIT_DETAIL.firstUsed(id))
+    : null;
   if (!record) return unchanged;
   draft.update(record);
   draft.audit({
@@ -238,7 +245,8 @@ export async function limitKey(
   const wanted = checkedRateLimit(options.rateLimit);
   const current = await stored(draft, id);
   const record = { ...current, rateLimit: wanted };
-  if (sameRateLimit(current.rateLimit, wanted)) {
+  // Both in their stored shape, fields in one order.
+  if (JSON.stringify(current.rateLimit) === JSON.stringify(wanted)) {
     return { record, changed: false };
   }
   draft.update(record);
@@ -300,8 +308,8 @@ export async function noteNetworks(
     draft.audit({
       action: "network",
       keyId: id,
-      actor: SERVER_ACTOR,
-      detail: networkDetail(network),
+      actor: "server",
+      detail: `first used from ${network}`,
     });
   }
   return merged.added;
@@ -318,7 +326,10 @@ export async function noteRefused(
   draft.putUsage(id, { refused: appendRefused(lists.refused, uses) });
 }
 
-async function stored(draft: ChangeReads, id: number): Promise<KeyRecord> {
+async function stored(
+  draft: ChangeDraft<Alters>,
+  id: number,
+): Promise<KeyRecord> {
   const record = await draft.get(id);
   if (record === null) throw new KeyNotFoundError(id);
   return record;

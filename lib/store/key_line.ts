@@ -11,12 +11,6 @@
 import { AUDIT_DETAIL } from "./records.ts";
 import type { AuditEntry, KeyStore } from "./types.ts";
 
-/** Options of {@linkcode keyLineAudit}. */
-export interface KeyLineOptions {
-  /** Receives the line's ids, oldest first, once they are known (before any entry). */
-  onLine?: (ids: number[]) => void;
-}
-
 /**
  * The audit log of the key line that `keyId` belongs to, oldest first:
  * every change to any of its keys (creation, rotations, revocation,
@@ -26,7 +20,8 @@ export interface KeyLineOptions {
 export async function* keyLineAudit(
   store: Pick<KeyStore, "audit">,
   keyId: number,
-  options: KeyLineOptions = {},
+  /** `onLine` receives the line's ids, oldest first, before any entry. */
+  options: { onLine?: (ids: number[]) => void } = {},
 ): AsyncIterable<AuditEntry> {
   const ids = await lineOf(store, keyId);
   options.onLine?.(ids);

@@ -36,13 +36,3 @@ export function rateLimitDetail(limit: RateLimit | null): string {
     ? "no rate limit"
     : `${limit.count} requests per ${limit.windowSeconds} s`;
 }
-
-/** Whether two limits (or their absence) are the same. */
-export function sameRateLimit(
-  a: RateLimit | null,
-  b: RateLimit | null,
-): boolean {
-  return a === null || b === null
-    ? a === b
-    : a.count === b.count && a.windowSeconds === b.windowSeconds;
-}

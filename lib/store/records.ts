@@ -10,13 +10,8 @@ import {
   escapeControlCharacters,
   hasControlCharacters,
 } from "../util/control_characters.ts";
-import { InvalidFieldError, RotateRetiringError } from "./errors.ts";
-import {
-  EXPIRED_REASON,
-  expiryMs,
-  overlapEndedReason,
-  recordAt,
-} from "./expiry.ts";
+import { InvalidFieldError } from "./errors.ts";
+import { expiryMs } from "./expiry.ts";
 import type {
   AuditEntry,
   ExportItem,
@@ -58,9 +53,8 @@ export const ACTOR_MAX = 128;
 const REFUSED_EMAIL_MAX = 80;
 
 /**
- * The checks a stored name already passed: the name's identity for the
- * uniqueness index must never fail on a record the store holds, so the
- * rules added since (no bidirectional controls) live in normalizeName only.
+ * The checks of every name, a lookup's and an import's too, which must not
+ * refuse what they could find; a new name passes normalizeName's as well.
  */
 function tidyName(name: string): string {
   const tidy = name.normalize("NFC").trim();
@@ -167,21 +161,10 @@ function shortened(text: string, max: number): string {
 
 /** The words of the audit log's details, alike in every store. */
 export const AUDIT_DETAIL = {
-  /** With an overlap, the old key's deadline follows a semicolon. */
-  rotate: (
-    createdId: number,
-    overlap?: { until: string; untilFirstUse: boolean },
-  ): string =>
-    `replaced by key ${createdId}` +
-    (overlap === undefined
-      ? ""
-      : `; the old key works until ${overlap.until}${
-        overlap.untilFirstUse ? ` or key ${createdId}'s first use` : ""
-      }`),
   /**
    * The id a rotation line names as the replacement, read back from the
-   * words `rotate` wrote: the log keeps no other link, and lines written by
-   * any earlier version read back alike. Null for any other text.
+   * words `rotateKey` wrote: the log keeps no other link. Null for any
+   * other text.
    */
   replacementOf: (detail: string | null): number | null => {
     const id = /^replaced by key ([1-9]\d{0,15})(?:; .*)?$/.exec(detail ?? "")
@@ -191,10 +174,6 @@ export const AUDIT_DETAIL = {
       : Number(id);
   },
   expose: (from: string): string => `sent in a URL from ${from}; rotate it`,
-  /** The reason of a key whose own lifetime ended (lib/store/expiry.ts). */
-  expired: EXPIRED_REASON,
-  /** The reason of a key whose rotation overlap ended at its deadline. */
-  overlapEnded: overlapEndedReason,
   /** The reason of a key in an overlap retired because its replacement was rotated. */
   chainRotated: (replacementId: number): string =>
     `retired: its replacement, key ${replacementId}, was rotated`,
@@ -202,39 +181,6 @@ export const AUDIT_DETAIL = {
   firstUsed: (createdId: number): string =>
     `replaced by key ${createdId}, which was first used`,
 };
-
-/**
- * The old key of a rotation with an overlap: still valid, retiring at
- * `until` (or sooner, when its own lifetime ends first).
- */
-export function overlappedRecord(
-  record: KeyRecord,
-  until: string,
-  createdId: number,
-): KeyRecord {
-  const expiresAt = Date.parse(until) < expiryMs(record)
-    ? until
-    : record.expiresAt;
-  return { ...record, expiresAt, replacedBy: createdId };
-}
-
-/**
- * What {@linkcode KeyStore.retire} does to `target`, decided alike in every
- * store: the revoked record, or null when there is nothing to revoke.
- * `replacement` is the key whose first use retires `target`, if that is
- * the cause.
- */
-export function retiredRecord(
-  target: KeyRecord,
-  at: Date,
-  replacement?: KeyRecord,
-): KeyRecord | null {
-  if (target.status !== "valid") return null;
-  const lapsed = recordAt(target, at.getTime());
-  if (lapsed.status === "revoked") return lapsed;
-  if (replacement === undefined) return null;
-  return revokedRecord(target, at, AUDIT_DETAIL.firstUsed(replacement.id));
-}
 
 /** A new valid record: the one shape every store creates. */
 export function newRecord(id: number, input: NewKeyInput, at: Date): KeyRecord {
@@ -277,22 +223,6 @@ export function revokedRecord(
   };
 }
 
-/** The record as revoked by a rotation that replaced it with key `createdId`. */
-export function rotatedRecord(
-  record: KeyRecord,
-  at: Date,
-  createdId: number,
-): KeyRecord {
-  return revokedRecord(record, at, `rotated: replaced by key ${createdId}`);
-}
-
-/** A key rotated with an overlap is already on its way out: rotate its replacement. */
-export function refuseRetiring(record: KeyRecord): void {
-  if (record.replacedBy !== null) {
-    throw new RotateRetiringError(record.id, record.replacedBy);
-  }
-}
-
 /**
  * The two records of a rotation, alike in every store: the old one revoked
  * now, or still valid through its overlap.
@@ -317,15 +247,18 @@ export function rotation(
     rotatedFrom: current.id,
     rateCounter: predecessor === null ? null : counterOf(predecessor),
   };
-  if (options.overlapUntil === undefined) {
-    return {
-      created,
-      old: rotatedRecord(current, options.at, fresh.id),
-    };
+  const until = options.overlapUntil;
+  if (until === undefined) {
+    const reason = `rotated: replaced by key ${fresh.id}`;
+    return { created, old: revokedRecord(current, options.at, reason) };
   }
+  // Valid through the overlap, or until its own lifetime ends if sooner.
+  const expiresAt = Date.parse(until) < expiryMs(current)
+    ? until
+    : current.expiresAt;
   return {
     created: { ...created, retires: options.untilFirstUse ? current.id : null },
-    old: overlappedRecord(current, options.overlapUntil, fresh.id),
+    old: { ...current, expiresAt, replacedBy: fresh.id },
   };
 }
 
@@ -350,20 +283,6 @@ export function overlappedPredecessor(
       predecessor.replacedBy === current.id
     ? predecessor
     : null;
-}
-
-/** The audit detail of a rotation, with its overlap when it has one. */
-export function rotateDetail(
-  createdId: number,
-  options: RotateOptions,
-): string {
-  return AUDIT_DETAIL.rotate(
-    createdId,
-    options.overlapUntil === undefined ? undefined : {
-      until: options.overlapUntil,
-      untilFirstUse: options.untilFirstUse === true,
-    },
-  );
 }
 
 /** The record without its hash, as the console shows it. */

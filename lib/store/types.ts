@@ -16,9 +16,6 @@ export interface RateLimit {
   windowSeconds: number;
 }
 
-/** The two states of the specification: usable, or revoked for good. */
-export type KeyStatus = "valid" | "revoked";
-
 /** Everything kept about one key. The key itself is never part of it. */
 export interface KeyRecord {
   /** 1, 2, 3 …: reported to the caller as `apiKeyId`. */
@@ -27,7 +24,8 @@ export interface KeyRecord {
   name: string;
   /** The integrator's registration. */
   email: string;
-  status: KeyStatus;
+  /** The two states of the specification: usable, or revoked for good. */
+  status: "valid" | "revoked";
   /** SHA-256 of the key, hex. */
   hash: string;
   /** Prefix and last four characters, to recognise the key by. */
@@ -142,12 +140,10 @@ export interface ChangeOptions {
   actor: string;
 }
 
-/** Options of {@linkcode KeyStore.revoke}. */
 export interface RevokeOptions extends ChangeOptions {
   reason?: string;
 }
 
-/** Options of {@linkcode KeyStore.rotate}. */
 export interface RotateOptions extends ChangeOptions {
   /**
    * Keep the old key valid until this time (ISO 8601) instead of revoking
@@ -158,7 +154,6 @@ export interface RotateOptions extends ChangeOptions {
   untilFirstUse?: boolean;
 }
 
-/** Options of {@linkcode KeyStore.retire}. */
 export interface RetireOptions extends ChangeOptions {
   /**
    * `deadline`: revoke key `id` if its `expiresAt` has passed. `first_use`:
@@ -167,7 +162,6 @@ export interface RetireOptions extends ChangeOptions {
   cause: "deadline" | "first_use";
 }
 
-/** Options of {@linkcode KeyStore.markExposed}. */
 export interface ExposeOptions extends ChangeOptions {
   /** The client address the key came from. */
   from: string;
@@ -238,7 +232,6 @@ export interface KeyChanges {
  * never be renewed: the process must register afresh, and read again.
  */
 export interface InstanceRegistry {
-  /** Stores a new registration; returns its version. */
   registerInstance(info: InstanceInfo): Promise<string>;
   /**
    * Rewrites a registration (a new `acked`) if it is still at `version`;
@@ -252,7 +245,6 @@ export interface InstanceRegistry {
   pollInstance(
     id: string,
   ): Promise<{ revision: bigint; version: string | null }>;
-  /** Every registration. */
   instances(): Promise<InstanceRecord[]>;
   /** Removes a registration, only if still at `version` when one is given. */
   removeInstance(id: string, options?: { version?: string }): Promise<boolean>;
@@ -400,6 +392,5 @@ export interface KeyStore extends InstanceRegistry {
    * the import. Returns false when no import was unfinished.
    */
   abortImport(options: ChangeOptions): Promise<boolean>;
-  /** Releases the store. */
   close(): Promise<void>;
 }

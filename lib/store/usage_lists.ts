@@ -52,11 +52,6 @@ export function allowFromDetail(allowFrom: string[] | null): string {
     : `usable only from ${allowFrom.join(", ")}`;
 }
 
-/** The audit detail of a first use from a network. */
-export function networkDetail(network: string): string {
-  return `first used from ${network}`;
-}
-
 /**
  * `current` with `uses` merged in: a network already listed gets its last
  * seen time moved on (never back), a new one is appended, and only the
