@@ -2,10 +2,8 @@
  * What a change is, by type: whether it can alter what authenticates, the
  * audit lines each kind may write, and the {@linkcode Committed} value a
  * change hands back, whose result a caller reaches only the way its kind
- * allows. A change that alters authentication must be settled (waited on,
- * in the server and the console: lib/store/acknowledged.ts); one that alters
- * only usage may be read at once. The compiler holds each change to this,
- * not a list of method names.
+ * allows, so that the compiler, not a list of method names, holds each
+ * change to its wait (lib/store/acknowledged.ts).
  *
  * @module
  */
@@ -22,15 +20,9 @@ import type { AuditEntry, InstanceRecord } from "./types.ts";
  */
 export type Alters = "authentication" | "usage";
 
-/** The audit actions of changes that alter only usage. */
-export type QuietAction = "network" | "expose";
-
-/** The audit actions the change feed leaves out: written once, read by every store. */
-export const QUIET_ACTIONS: readonly QuietAction[] = ["network", "expose"];
-
-/** The audit actions a change of kind `A` may write. */
-export type ActionOf<A extends Alters> = A extends "usage" ? QuietAction
-  : Exclude<AuditEntry["action"], QuietAction>;
+/** The audit actions of changes that alter only usage, which the change feed leaves out. */
+export const QUIET_ACTIONS = ["network", "expose"] as const;
+type QuietAction = typeof QUIET_ACTIONS[number];
 
 /**
  * One audit line a change of kind `A` writes; the store adds the time and
@@ -40,7 +32,10 @@ export type ActionOf<A extends Alters> = A extends "usage" ? QuietAction
  */
 export type AuditLine<A extends Alters = Alters> =
   & Omit<AuditEntry, "at" | "action">
-  & { action: ActionOf<A> };
+  & {
+    action: A extends "usage" ? QuietAction
+      : Exclude<AuditEntry["action"], QuietAction>;
+  };
 
 /** The store methods whose changes alter what authenticates. */
 export type AuthenticationChange =

@@ -73,7 +73,6 @@ export type Selector =
  * consistent: it sees every commit that completed before it began.
  */
 export interface Entries {
-  /** One entry. */
   get<T>(key: EntryKey): Promise<Entry<T>>;
   /** Up to 10 entries, read in one snapshot. */
   getMany<T extends readonly unknown[]>(
@@ -88,7 +87,6 @@ export interface Entries {
     selector: Selector,
     options?: { limit?: number; batchSize?: number },
   ): AsyncIterable<Present<T>>;
-  /** A new atomic commit. */
   atomic(): Atomic;
   /**
    * Optional: calls `listener` soon after a commit that `hint()` marked,

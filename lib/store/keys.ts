@@ -10,14 +10,12 @@
  * @module
  */
 
-import type { StoreBackend } from "./backend.ts";
+import type { ChangeDraft, StoreBackend } from "./backend.ts";
 import {
   type Acknowledge,
   type AuthenticationChange,
-  type ChangeKind,
   type Committed,
   NO_WAIT,
-  type UsageChange,
 } from "./change.ts";
 import {
   createKey,
@@ -31,10 +29,8 @@ import {
   rotateKey,
 } from "./changes.ts";
 import { ImportStateError } from "./errors.ts";
-import { changesIn } from "./feed.ts";
-import { abortImportIn, importInto } from "./import.ts";
 import { exportItems } from "./records.ts";
-import { instancesIn, registerIn, renewIn } from "./registrations.ts";
+import { readRegistration, storedInstance } from "./registrations.ts";
 import { byKey, latestUses } from "./usage_lists.ts";
 import type {
   AuditEntry,
@@ -55,7 +51,6 @@ import type {
   RotateResult,
 } from "./types.ts";
 
-/** Options of {@linkcode KeyService}. */
 export interface KeyServiceOptions {
   /**
    * Settles every change that alters authentication before it returns;
@@ -66,16 +61,8 @@ export interface KeyServiceOptions {
   onCall?: (method: keyof KeyStore) => void;
 }
 
-const authentication = (
-  name: AuthenticationChange,
-): ChangeKind<"authentication"> => ({ name, alters: "authentication" });
 /** Network notes (audit lines) per change: well under any backend's commit limit. */
 const NOTES_PER_CHANGE = 200;
-
-const usage = (name: UsageChange): ChangeKind<"usage"> => ({
-  name,
-  alters: "usage",
-});
 
 /** The key store: the rules once, over one backend's primitives. */
 export class KeyService implements KeyStore {
@@ -104,13 +91,29 @@ export class KeyService implements KeyStore {
     return new KeyService(this.#backend, { ...this.#options, ...options });
   }
 
+  /** The backend, once a call of `method` is counted. */
+  #to(method: keyof KeyStore): StoreBackend {
+    this.#call(method);
+    return this.#backend;
+  }
+
   async #settle<T>(change: Promise<Committed<T, "authentication">>) {
     return await (await change).settle(this.#acknowledge);
   }
 
+  /** A change that alters authentication, made and settled. */
+  #authenticating<T>(
+    name: AuthenticationChange,
+    work: (draft: ChangeDraft<"authentication">) => Promise<T>,
+  ): Promise<T> {
+    this.#call(name);
+    return this.#settle(
+      this.#backend.change({ name, alters: "authentication" }, work),
+    );
+  }
+
   async findByHash(hash: string): Promise<KeyRecord | null> {
-    this.#call("findByHash");
-    return (await this.#backend.findByHashAt(hash)).record;
+    return (await this.#to("findByHash").findByHashAt(hash)).record;
   }
 
   findByHashAt(
@@ -118,79 +121,62 @@ export class KeyService implements KeyStore {
   ): Promise<
     { record: KeyRecord | null; revision: bigint; authRevision: bigint }
   > {
-    this.#call("findByHashAt");
-    return this.#backend.findByHashAt(hash);
+    return this.#to("findByHashAt").findByHashAt(hash);
   }
 
   get(id: number): Promise<KeyRecord | null> {
-    this.#call("get");
-    return this.#backend.get(id);
+    return this.#to("get").get(id);
   }
 
   getByName(name: string): Promise<KeyRecord | null> {
-    this.#call("getByName");
-    return this.#backend.getByName(name);
+    return this.#to("getByName").getByName(name);
   }
 
   list(options?: { includeRevoked?: boolean }): AsyncIterable<KeyRecord> {
-    this.#call("list");
-    return this.#backend.list(options);
+    return this.#to("list").list(options);
   }
 
   dueKeys(now: Date): AsyncIterable<number> {
-    this.#call("dueKeys");
-    return this.#backend.dueKeys(now);
+    return this.#to("dueKeys").dueKeys(now);
   }
 
   predecessors(id: number): AsyncIterable<KeyRecord> {
-    this.#call("predecessors");
-    return this.#backend.predecessors(id);
+    return this.#to("predecessors").predecessors(id);
   }
 
   audit(options?: { keyId?: number }): AsyncIterable<AuditEntry> {
-    this.#call("audit");
-    return this.#backend.audit(options);
+    return this.#to("audit").audit(options);
   }
 
   revision(): Promise<bigint> {
-    this.#call("revision");
-    return this.#backend.revision();
+    return this.#to("revision").revision();
   }
 
   keyHashes(
     options?: { afterId?: number },
   ): AsyncIterable<{ id: number; hash: string }> {
-    this.#call("keyHashes");
-    return this.#backend.keyHashes(options);
+    return this.#to("keyHashes").keyHashes(options);
   }
 
   importRevision(): Promise<bigint> {
-    this.#call("importRevision");
-    return this.#backend.importRevision();
+    return this.#to("importRevision").importRevision();
   }
 
   exportAll(): AsyncIterable<ExportItem> {
-    this.#call("exportAll");
-    return exportItems(this.#backend);
+    return exportItems(this.#to("exportAll"));
   }
 
   create(input: NewKeyInput, options: ChangeOptions): Promise<KeyRecord> {
-    this.#call("create");
-    return this.#settle(
-      this.#backend.change(
-        authentication("create"),
-        (draft) => createKey(draft, input, options),
-      ),
+    return this.#authenticating(
+      "create",
+      (draft) => createKey(draft, input, options),
     );
   }
 
   revoke(id: number, options: RevokeOptions): Promise<RevokeResult> {
-    this.#call("revoke");
-    return this.#settle(
-      this.#backend.change(
-        authentication("revoke"),
-        (draft) => revokeKey(draft, id, options),
-      ),
+    return this.#authenticating(
+      "revoke",
+      (draft) => revokeKey(draft, id, options),
     );
   }
 
@@ -199,22 +185,16 @@ export class KeyService implements KeyStore {
     replacement: Pick<NewKeyInput, "hash" | "hint" | "expiresAt">,
     options: RotateOptions,
   ): Promise<RotateResult> {
-    this.#call("rotate");
-    return this.#settle(
-      this.#backend.change(
-        authentication("rotate"),
-        (draft) => rotateKey(draft, id, { ...options, replacement }),
-      ),
+    return this.#authenticating(
+      "rotate",
+      (draft) => rotateKey(draft, id, { ...options, replacement }),
     );
   }
 
   retire(id: number, options: RetireOptions): Promise<RevokeResult> {
-    this.#call("retire");
-    return this.#settle(
-      this.#backend.change(
-        authentication("retire"),
-        (draft) => retireKey(draft, id, options),
-      ),
+    return this.#authenticating(
+      "retire",
+      (draft) => retireKey(draft, id, options),
     );
   }
 
@@ -223,12 +203,9 @@ export class KeyService implements KeyStore {
     allowFrom: string[] | null,
     options: ChangeOptions,
   ): Promise<{ record: KeyRecord; changed: boolean }> {
-    this.#call("setAllowFrom");
-    return this.#settle(
-      this.#backend.change(
-        authentication("setAllowFrom"),
-        (draft) => restrictKey(draft, id, { ...options, allowFrom }),
-      ),
+    return this.#authenticating(
+      "setAllowFrom",
+      (draft) => restrictKey(draft, id, { ...options, allowFrom }),
     );
   }
 
@@ -237,12 +214,9 @@ export class KeyService implements KeyStore {
     rateLimit: RateLimit | null,
     options: ChangeOptions,
   ): Promise<{ record: KeyRecord; changed: boolean }> {
-    this.#call("setRateLimit");
-    return this.#settle(
-      this.#backend.change(
-        authentication("setRateLimit"),
-        (draft) => limitKey(draft, id, { ...options, rateLimit }),
-      ),
+    return this.#authenticating(
+      "setRateLimit",
+      (draft) => limitKey(draft, id, { ...options, rateLimit }),
     );
   }
 
@@ -250,19 +224,16 @@ export class KeyService implements KeyStore {
     items: AsyncIterable<ExportItem>,
     options: ChangeOptions,
   ): Promise<{ keys: number; audit: number }> {
-    this.#call("importAll");
-    return this.#settle(importInto(this.#backend, items, options));
+    return this.#settle(this.#to("importAll").importAll(items, options));
   }
 
   abortImport(options: ChangeOptions): Promise<boolean> {
-    this.#call("abortImport");
-    return this.#settle(abortImportIn(this.#backend, options));
+    return this.#settle(this.#to("abortImport").abortImport(options));
   }
 
   async markExposed(id: number, options: ExposeOptions): Promise<boolean> {
-    this.#call("markExposed");
-    const change = await this.#backend.change(
-      usage("markExposed"),
+    const change = await this.#to("markExposed").change(
+      { name: "markExposed", alters: "usage" },
       (draft) => exposeKey(draft, id, options),
     );
     return change.quiet();
@@ -278,7 +249,7 @@ export class KeyService implements KeyStore {
       // 1,000 mutations), so a key's notes go in changes of a bounded size.
       for (let i = 0; i < group.length; i += NOTES_PER_CHANGE) {
         const change = await quietly(this.#backend.change(
-          usage("recordNetworkUses"),
+          { name: "recordNetworkUses", alters: "usage" },
           (draft) =>
             noteNetworks(draft, id, group.slice(i, i + NOTES_PER_CHANGE)),
         ));
@@ -296,52 +267,48 @@ export class KeyService implements KeyStore {
     this.#call("recordRefusedUses");
     for (const [id, group] of byKey(uses)) {
       await quietly(this.#backend.change(
-        usage("recordRefusedUses"),
+        { name: "recordRefusedUses", alters: "usage" },
         (draft) => noteRefused(draft, id, group),
       ));
     }
   }
 
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void> {
-    this.#call("recordLastUsed");
-    return this.#backend.recordLastUsed(latestUses(uses));
+    return this.#to("recordLastUsed").recordLastUsed(latestUses(uses));
   }
 
-  registerInstance(info: InstanceInfo): Promise<string> {
-    this.#call("registerInstance");
-    return registerIn(this.#backend, info);
+  async registerInstance(info: InstanceInfo): Promise<string> {
+    const backend = this.#to("registerInstance");
+    // Unconditional: it cannot conflict, so it always has a version.
+    return (await backend.putInstance(storedInstance(info)))!;
   }
 
   renewInstance(info: InstanceInfo, version: string): Promise<string | null> {
-    this.#call("renewInstance");
-    return renewIn(this.#backend, info, { version });
+    return this.#to("renewInstance").putInstance(storedInstance(info), {
+      version,
+    });
   }
 
   pollInstance(
     id: string,
   ): Promise<{ revision: bigint; version: string | null }> {
-    this.#call("pollInstance");
-    return this.#backend.pollInstance(id);
+    return this.#to("pollInstance").pollInstance(id);
   }
 
-  instances(): Promise<InstanceRecord[]> {
-    this.#call("instances");
-    return instancesIn(this.#backend);
+  async instances(): Promise<InstanceRecord[]> {
+    return (await this.#to("instances").readInstances()).map(readRegistration);
   }
 
   removeInstance(id: string, options?: { version?: string }): Promise<boolean> {
-    this.#call("removeInstance");
-    return this.#backend.removeInstance(id, options);
+    return this.#to("removeInstance").removeInstance(id, options);
   }
 
   changesSince(revision: bigint): Promise<KeyChanges> {
-    this.#call("changesSince");
-    return changesIn(this.#backend, revision);
+    return this.#to("changesSince").changesSince(revision);
   }
 
   close(): Promise<void> {
-    this.#call("close");
-    return this.#backend.close();
+    return this.#to("close").close();
   }
 }
 

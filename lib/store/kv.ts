@@ -11,6 +11,7 @@ import { pathExists } from "../util/exists.ts";
 import type * as Seam from "./entries.ts";
 import { StoreUnavailableError } from "./errors.ts";
 import type { KeyService } from "./keys.ts";
+import { backoff, busy, MAX_TRIES } from "./layout/_keys.ts";
 import { openEntryStore } from "./layout/backend.ts";
 import { DEFAULT_KV_PATH } from "./location.ts";
 
@@ -60,9 +61,6 @@ async function openKv(path: string): Promise<Deno.Kv> {
   }
   return kv;
 }
-
-/** Tries of one commit while another process holds the write lock. */
-const MAX_TRIES = 60;
 
 /** {@linkcode Seam.Entries} on an open Deno KV database. */
 export class KvEntries implements Seam.Entries {
@@ -154,19 +152,9 @@ class _KvAtomic implements Seam.Atomic {
           : { ok: false as const };
       } catch (error) {
         if (!isLocked(error)) throw error;
-        if (tries >= MAX_TRIES) {
-          throw new StoreUnavailableError(
-            "store_busy",
-            `The key store stayed busy through ${MAX_TRIES} attempts; try again`,
-            { cause: error },
-          );
-        }
+        if (tries >= MAX_TRIES) throw busy(error);
       }
-      // Full jitter keeps many writers from waking in step.
-      const ceiling = Math.min(250, 2 ** Math.min(tries, 8));
-      await new Promise((resolve) =>
-        setTimeout(resolve, Math.random() * ceiling)
-      );
+      await backoff(tries);
     }
   }
 }

@@ -1,7 +1,6 @@
 /**
  * The instance registry's rules, written once over any backend: what a
- * registration stores, that a renewal is a compare-and-set on its version,
- * and how one is read back: checked field by field, so that one
+ * registration stores and how one is read back: checked field by field, so that one
  * registration written wrong (by a bug, a newer version or a hand) is one
  * broken registration, not an unreadable listing that holds every change up
  * to its deadline and is never removed.
@@ -9,7 +8,7 @@
  * @module
  */
 
-import type { StoreBackend, StoredInstance } from "./backend.ts";
+import type { StoredInstance } from "./backend.ts";
 import type { InstanceInfo, InstanceRecord } from "./types.ts";
 
 /**
@@ -39,28 +38,17 @@ export function leaseOf(instance: Pick<InstanceRecord, "leaseMs">): number {
 /** The longest host name a registration may carry (RFC 1035's 255). */
 const HOST_MAX = 255;
 
-/** A registration's fields as read, before they are checked. */
-export interface StoredRegistration {
-  host: unknown;
-  pid: unknown;
-  startedAt: unknown;
-  leaseMs: unknown;
-  acked: unknown;
-}
-
 /**
- * The registration `id` at `version`, read from `stored`. One that cannot
+ * Registration `id` at `version`, read from `stored` as a backend found it. One that cannot
  * be read is marked `broken`: it owes every change (acked -1), claims no
  * lease of its own, and so is removed as lapsed by the next change that
  * waits a lease for it, as a silent server would be.
  */
 export function readRegistration(
-  stored: unknown,
-  options: { id: string; version: string },
+  { id, version, stored }: { id: string; version: string; stored: unknown },
 ): InstanceRecord {
-  const { id, version } = options;
   const fields = typeof stored === "object" && stored !== null
-    ? stored as StoredRegistration
+    ? stored as Record<keyof StoredInstance, unknown>
     : null;
   const acked = fields === null ? null : revision(fields.acked);
   const startedAt = fields === null ? null : instant(fields.startedAt);
@@ -92,60 +80,21 @@ export function readRegistration(
   };
 }
 
-/** Stores a new registration; returns its version. */
-export async function registerIn(
-  backend: StoreBackend,
-  info: InstanceInfo,
-): Promise<string> {
-  const version = await backend.putInstance(storedInstance(info));
-  if (version === null) {
-    throw new Error("unreachable: an unconditional write conflicted");
-  }
-  return version;
-}
-
-/**
- * Rewrites a registration (a new `acked`) only if it is still at
- * `version`; the new version, or null when it was removed or changed.
- */
-export function renewIn(
-  backend: StoreBackend,
-  info: InstanceInfo,
-  options: { version: string },
-): Promise<string | null> {
-  return backend.putInstance(storedInstance(info), options);
-}
-
-/** Every registration, each read as {@linkcode readRegistration} reads it. */
-export async function instancesIn(
-  backend: StoreBackend,
-): Promise<InstanceRecord[]> {
-  return (await backend.readInstances()).map(({ stored, id, version }) =>
-    readRegistration(stored, { id, version })
-  );
-}
-
 /** A registration as stored: the revision as text, which every database holds alike. */
-function storedInstance(info: InstanceInfo): StoredInstance {
+export function storedInstance(info: InstanceInfo): StoredInstance {
   return { ...info, acked: info.acked.toString() };
 }
 
-/** A revision as stored (a bigint, or its decimal text), or null. */
+/** A revision as stored (decimal text), or null. */
 function revision(value: unknown): bigint | null {
-  if (typeof value === "bigint") return value >= -1n ? value : null;
-  if (typeof value !== "string" || !/^(-1|0|[1-9][0-9]{0,18})$/.test(value)) {
-    return null;
-  }
-  return BigInt(value);
+  return typeof value === "string" && /^(-1|0|[1-9][0-9]{0,18})$/.test(value)
+    ? BigInt(value)
+    : null;
 }
 
-/** An instant as stored (a Date, or ISO text), in ISO form, or null. */
+/** An instant as stored (ISO text), in ISO form, or null. */
 function instant(value: unknown): string | null {
-  const date = value instanceof Date
-    ? value
-    : typeof value === "string"
-    ? new Date(value)
-    : null;
+  const date = typeof value === "string" ? new Date(value) : null;
   return date === null || Number.isNaN(date.getTime())
     ? null
     : date.toISOString();

@@ -5,12 +5,7 @@
  * @module
  */
 
-import {
-  ChangeDraft,
-  type ChangeReads,
-  type UsageLists,
-  type Write,
-} from "../backend.ts";
+import { ChangeDraft, type UsageLists } from "../backend.ts";
 import { type Alters, type ChangeKind, Committed } from "../change.ts";
 import { ImportStateError, KeyIdsExhaustedError } from "../errors.ts";
 import { MAX_KEY_ID } from "../records.ts";
@@ -56,8 +51,7 @@ export async function changeIn<T, A extends Alters>(
     if (marker.value !== null) {
       throw new ImportStateError("import_unfinished");
     }
-    const reads = new _Reads(kv);
-    const draft = new ChangeDraft(kind.alters, reads);
+    const draft = new _Draft(kind.alters, kv);
     const result = await work(draft);
     const before = counted(current);
     const op = kv.atomic().check(current);
@@ -67,14 +61,14 @@ export async function changeIn<T, A extends Alters>(
       // confirms that nothing was committed between reading it and the
       // records (a first use's retirement that another server made just
       // then, found done here, must be waited for at its own revision).
-      await reads.write(op, []);
+      await draft.addTo(op);
       if ((await op.commit()).ok) return new Committed(kind, before, result);
       if (tries >= MAX_TRIES) throw busy();
       await backoff(tries);
       continue;
     }
     const revision = before + BigInt(draft.moves);
-    await reads.write(op, draft.writes);
+    await draft.addTo(op);
     for (const { seq, entry } of draft.numbered(before)) {
       op.set(auditKey(seq), entry);
     }
@@ -94,15 +88,16 @@ export async function changeIn<T, A extends Alters>(
 }
 
 /**
- * The reads of one change, each remembered as a check of its entry, and
- * the writes that turn its draft into mutations.
+ * A draft on `entries`: its reads each remembered as a check of its entry,
+ * and its writes turned into mutations.
  */
-class _Reads implements ChangeReads {
+class _Draft<A extends Alters> extends ChangeDraft<A> {
   #kv: Entries;
   #op: Check[] = [];
   #lastId: number | null = null;
 
-  constructor(kv: Entries) {
+  constructor(alters: A, kv: Entries) {
+    super(alters);
     this.#kv = kv;
   }
 
@@ -139,11 +134,11 @@ class _Reads implements ChangeReads {
   }
 
   /** Adds the checks of every read, then the draft's writes, to `op`. */
-  async write(op: Atomic, writes: Write[]): Promise<void> {
+  async addTo(op: Atomic): Promise<void> {
     // Name entries follow the records: held by a valid key not in an
     // overlap, freed when the key that held one gives it up.
     const names = new Map<string, { key: EntryKey; id: number | null }>();
-    for (const write of writes) {
+    for (const write of this.writes) {
       if (write.kind === "usage") {
         const { networks, refused } = write.lists;
         if (networks) op.set(networksKey(write.id), networks);

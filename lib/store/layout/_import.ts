@@ -1,9 +1,10 @@
 /**
- * The staged import and its discard. An import cannot be one
- * atomic operation, so it writes in batches under the `["importing"]`
- * marker: the marker is set with a revision bump on an empty store, every
- * batch checks that the marker is still its own, and the marker goes with
- * another bump when the import completes or has been wiped again. Since
+ * The import and its discard. Every item is checked (`_import_check.ts`)
+ * as it streams in. An import cannot be one atomic operation, so it writes
+ * in batches under the `["importing"]` marker: the marker is set with a
+ * revision bump on an empty store, every batch checks that the marker is
+ * still its own, and the marker goes with another bump, and the import's
+ * own audit line, when the import completes or has been wiped again. Since
  * lookups read the marker in the same snapshot as the record, no key of an
  * unfinished import ever authenticates, and since the revisions are never
  * wiped, a revision never repeats.
@@ -11,9 +12,19 @@
  * @module
  */
 
-import { publishedRevision, type StagedImport } from "../backend.ts";
-import { ImportStateError, StoreInputError } from "../errors.ts";
-import type { AuditEntry, ChangeOptions, KeyRecord } from "../types.ts";
+import { ImportChecker } from "../_import_check.ts";
+import { type ChangeKind, Committed } from "../change.ts";
+import {
+  ImportItemError,
+  ImportStateError,
+  StoreInputError,
+} from "../errors.ts";
+import type {
+  AuditEntry,
+  ChangeOptions,
+  ExportItem,
+  KeyRecord,
+} from "../types.ts";
 import type { Atomic, Check, Entries, EntryKey, KeyPart } from "../entries.ts";
 import {
   auditKey,
@@ -68,30 +79,58 @@ const META_KEYS = new Set<KeyPart>([
  */
 const BATCH_LIMITS = { mutations: 500, bytes: 400 * 1024, keyBytes: 40 * 1024 };
 
+const IMPORT: ChangeKind<"authentication"> = {
+  name: "importAll",
+  alters: "authentication",
+};
+const ABORT: ChangeKind<"authentication"> = {
+  name: "abortImport",
+  alters: "authentication",
+};
+
 /**
- * Stages an import into the empty store `kv` under a new marker, then
- * publishes it or wipes it again; see the module's comment.
+ * Restores checked `items` into the empty store `kv` under a new marker,
+ * then publishes them or wipes them again; see the module's comment.
  */
-export async function stageIn<T>(
+export async function importIn(
   kv: Entries,
+  items: AsyncIterable<ExportItem>,
   options: ChangeOptions,
-  fill: (staged: StagedImport) => Promise<T>,
-): Promise<T> {
+): Promise<Committed<{ keys: number; audit: number }, "authentication">> {
   const ours = await beginImport(kv, options);
   const batch = new _Batch(kv, ours);
   try {
-    return await fill({
-      write: async (items) => {
-        for (const record of items.keys) await stageRecord(batch, record);
-        for (const { seq, entry } of items.audit) {
-          await batch.set(auditKey(BigInt(seq)), entry);
-        }
-      },
-      publish: async (line, counts) => {
-        await batch.flush();
-        return await finishImport(kv, ours, { ...counts, line });
-      },
-    });
+    const checker = new ImportChecker();
+    const counts = { keys: 0, audit: 0 };
+    for await (const item of items) {
+      if (item.type === "key") {
+        await stageRecord(batch, checker.record(item.record));
+        counts.keys++;
+      } else if (item.type === "audit") {
+        const entry = checker.audit(item.entry);
+        await batch.set(auditKey(BigInt(++counts.audit)), entry);
+      } else {
+        throw new ImportItemError((item as { type: unknown }).type);
+      }
+    }
+    checker.finish();
+    await batch.flush();
+    const line: AuditEntry = {
+      at: new Date().toISOString(),
+      action: "import",
+      keyId: 0,
+      actor: options.actor,
+      detail: `${counts.keys} keys and ${counts.audit} audit lines`,
+    };
+    const revision = await unmark(
+      kv,
+      ours,
+      BigInt(counts.audit),
+      (op, at) =>
+        op.set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(checker.maxId)))
+          .set(auditKey(at), line),
+    );
+    return new Committed(IMPORT, revision, counts);
   } catch (error) {
     try {
       await wipe(kv, ours);
@@ -103,18 +142,21 @@ export async function stageIn<T>(
   }
 }
 
-/** Ends an unfinished import: a new marker first, then the wipe. */
-export async function discardIn(
+/**
+ * Ends an unfinished import, emptying the store: a new marker first, then
+ * the wipe. False, at the store's revision, when there was none.
+ */
+export async function abortIn(
   kv: Entries,
   options: ChangeOptions,
-): Promise<{ revision: bigint; discarded: boolean }> {
+): Promise<Committed<boolean, "authentication">> {
   for (let tries = 1;; tries++) {
     const [current, marker] = await kv.getMany<[Deno.KvU64, unknown]>([
       REVISION,
       IMPORTING,
     ]);
     if (marker.value === null) {
-      return { revision: counted(current), discarded: false };
+      return new Committed(ABORT, counted(current), false);
     }
     // A new token first: the import, if it still runs, fails at its next
     // batch instead of writing into the store being emptied.
@@ -124,7 +166,7 @@ export async function discardIn(
     if (res.ok) {
       await hintChange(kv);
       const ours = { key: IMPORTING, versionstamp: res.versionstamp };
-      return { revision: await wipe(kv, ours), discarded: true };
+      return new Committed(ABORT, await wipe(kv, ours), true);
     }
     if (tries >= MAX_TRIES) throw busy();
     await backoff(tries);
@@ -196,21 +238,25 @@ async function stageRecord(batch: _Batch, record: KeyRecord): Promise<void> {
   }
 }
 
-/** Publishes the import: the marker goes and the revision moves in one step. */
-async function finishImport(
+/**
+ * Removes the marker `ours` and moves the revisions, in one step, above
+ * `above` and above every revision the store ever had; `publish` adds the
+ * import's own writes at that revision. ImportStateError once the marker
+ * was taken over.
+ */
+async function unmark(
   kv: Entries,
   ours: Check,
-  counts: { line: AuditEntry; maxId: number; above: bigint },
+  above: bigint,
+  publish?: (op: Atomic, revision: bigint) => void,
 ): Promise<bigint> {
   const current = await kv.get<Deno.KvU64>(REVISION);
-  const revision = publishedRevision(counted(current), counts.above);
+  const now = counted(current);
+  const revision = (now > above ? now : above) + 1n;
   const op = moveRevision(kv.atomic().check(ours, current), revision)
-    .set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(counts.maxId)))
-    .set(auditKey(revision), counts.line)
     .delete(IMPORTING);
-  if (!(await op.commit()).ok) {
-    throw new ImportStateError("import_aborted");
-  }
+  publish?.(op, revision);
+  if (!(await op.commit()).ok) throw new ImportStateError("import_aborted");
   await hintChange(kv);
   return revision;
 }
@@ -235,13 +281,7 @@ async function wipe(kv: Entries, ours: Check): Promise<bigint> {
     await batch.delete(entry.key);
   }
   await batch.flush();
-  const current = await kv.get<Deno.KvU64>(REVISION);
-  const revision = counted(current) + 1n;
-  const done = await moveRevision(kv.atomic().check(ours, current), revision)
-    .delete(IMPORTING).commit();
-  if (!done.ok) throw new ImportStateError("import_aborted");
-  await hintChange(kv);
-  return revision;
+  return await unmark(kv, ours, 0n);
 }
 
 function newMarker(

@@ -31,51 +31,36 @@ import type { Atomic, Entries, Entry, EntryKey } from "../entries.ts";
 import { StoreUnavailableError } from "../errors.ts";
 import type { KeyRecord } from "../types.ts";
 
-export function keyById(id: number): EntryKey {
-  return ["keys", id];
-}
-export function keyByHash(hash: string): EntryKey {
-  return ["keys_by_hash", hash];
-}
-export function keyByName(name: string): EntryKey {
-  return ["keys_by_name", nameKey(name)];
-}
+export const keyById = (id: number): EntryKey => ["keys", id];
+export const keyByHash = (hash: string): EntryKey => ["keys_by_hash", hash];
+export const keyByName = (
+  name: string,
+): EntryKey => ["keys_by_name", nameKey(name)];
 export const KEY_ID_COUNTER = ["counters", "key_id"] as const;
 /** Bumped by every change; exported for the tests that prove caches see it. */
 export const REVISION = ["revision"] as const;
 export const AUTH_REVISION = ["auth_revision"] as const;
-export function auditKey(revision: bigint): EntryKey {
-  return ["audit", revision];
-}
-export function lastUsedKey(id: number): EntryKey {
-  return ["last_used", id];
-}
-export function networksKey(id: number): EntryKey {
-  return ["networks", id];
-}
-export function refusedKey(id: number): EntryKey {
-  return ["refused", id];
-}
+export const auditKey = (revision: bigint): EntryKey => ["audit", revision];
+export const lastUsedKey = (id: number): EntryKey => ["last_used", id];
+export const networksKey = (id: number): EntryKey => ["networks", id];
+export const refusedKey = (id: number): EntryKey => ["refused", id];
 /** The layout's version, so that a later one migrates forward or is refused. */
 export const LAYOUT = ["layout"] as const;
 export const IMPORTING = ["importing"] as const;
 export const IMPORT_REVISION = ["import_revision"] as const;
-export function instanceKey(id: string): EntryKey {
-  return ["instances", id];
-}
+export const instanceKey = (id: string): EntryKey => ["instances", id];
 /**
  * A valid key's deadline and a key in an overlap under its replacement. An
  * entry may outlive what it says (a key revoked or rotated since): readers
  * check the record and delete the stale entry.
  */
-export function dueKey(ms: number, id: number): EntryKey {
-  return ["due", ms, id];
-}
-export function replacedByKey(replacement: number, id: number): EntryKey {
-  return ["replaced_by", replacement, id];
-}
+export const dueKey = (ms: number, id: number): EntryKey => ["due", ms, id];
+export const replacedByKey = (
+  replacement: number,
+  id: number,
+): EntryKey => ["replaced_by", replacement, id];
 
-/** Tries of one change before the store counts as busy. */
+/** Tries of one change, or of one commit on a locked file, before the store counts as busy. */
 export const MAX_TRIES = 60;
 
 /** A record as its copies are stored: last use and usage live under their own keys. */
@@ -108,11 +93,12 @@ export function indexKeys(record: KeyRecord): EntryKey[] {
   return keys;
 }
 
-/** The store stayed busy through every try. */
-export function busy(): StoreUnavailableError {
+/** The store stayed busy through every try; `cause` is the last try's error. */
+export function busy(cause?: unknown): StoreUnavailableError {
   return new StoreUnavailableError(
     "store_busy",
     `The key store stayed busy through ${MAX_TRIES} attempts; try again`,
+    { cause },
   );
 }
 

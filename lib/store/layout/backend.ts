@@ -10,21 +10,22 @@
  * @module
  */
 
-import type { HashRead, StoreBackend, StoredInstance } from "../backend.ts";
+import type { StoreBackend, StoredInstance } from "../backend.ts";
 import { withUsage } from "../backend.ts";
 import { QUIET_ACTIONS } from "../change.ts";
-import type { Entries, Entry, EntryKey } from "../entries.ts";
+import type { Atomic, Entries, EntryKey } from "../entries.ts";
 import { sameKey } from "../entries.ts";
 import { ImportStateError, StoreOpenError } from "../errors.ts";
 import { KeyService } from "../keys.ts";
 import type {
   AuditEntry,
+  KeyChanges,
   KeyRecord,
   NetworkUse,
   RefusedUse,
 } from "../types.ts";
 import { changeIn } from "./_change.ts";
-import { discardIn, stageIn } from "./_import.ts";
+import { abortIn, importIn } from "./_import.ts";
 import {
   auditKey,
   AUTH_REVISION,
@@ -57,11 +58,7 @@ export async function openEntryStore(entries: Entries): Promise<KeyService> {
   return new KeyService(new EntryBackend(entries));
 }
 
-/**
- * The entries' layout this code writes. A later version that changes it
- * moves this on and migrates older stores forward; this one refuses a
- * store a newer version has written rather than misread it.
- */
+/** The entries' layout this code writes; a store a newer one wrote is refused, not misread. */
 export const LAYOUT_VERSION = 1;
 
 /** Records the layout in a store that has none; refuses a newer one. */
@@ -84,29 +81,34 @@ async function claimLayout(kv: Entries): Promise<void> {
   throw busy();
 }
 
-/** {@linkcode StoreBackend} on {@linkcode Entries}. */
+/** Beyond this many changed keys a reader of the changes forgets everything instead. */
+const MAX_CHANGES = 1000;
+
 export class EntryBackend implements StoreBackend {
   #kv: Entries;
-  /** One atomic change: `_change.ts`. */
   readonly change: StoreBackend["change"];
   /** An import in batches under a marker: `_import.ts`. */
-  readonly stageImport: StoreBackend["stageImport"];
-  readonly discardImport: StoreBackend["discardImport"];
+  readonly importAll: StoreBackend["importAll"];
+  readonly abortImport: StoreBackend["abortImport"];
   /** Present when the database tells of other processes' changes. */
   readonly onChange?: StoreBackend["onChange"];
 
   constructor(kv: Entries) {
     this.#kv = kv;
     this.change = (kind, work) => changeIn(kv, kind, work);
-    this.stageImport = (options, fill) => stageIn(kv, options, fill);
-    this.discardImport = (options) => discardIn(kv, options);
+    this.importAll = (items, options) => importIn(kv, items, options);
+    this.abortImport = (options) => abortIn(kv, options);
     if (kv.onChange) this.onChange = (listener) => kv.onChange!(listener);
   }
 
-  async findByHashAt(hash: string): Promise<HashRead> {
+  async findByHashAt(
+    hash: string,
+  ): Promise<
+    { record: KeyRecord | null; revision: bigint; authRevision: bigint }
+  > {
     // getMany reads one snapshot: the record is exactly as of that
     // revision, and the import marker tells whether it may be used at all.
-    const [revision, auth, marker, record] = await this.#readMany<
+    const [revision, auth, marker, record] = await this.#kv.getMany<
       [Deno.KvU64, Deno.KvU64, unknown, KeyRecord]
     >([REVISION, AUTH_REVISION, IMPORTING, keyByHash(hash)]);
     return {
@@ -129,13 +131,13 @@ export class EntryBackend implements StoreBackend {
     if (marker.value !== null) throw new ImportStateError("import_unfinished");
     return record.value && withUsage(record.value, {
       lastUsedAt: used.value,
-      networks: networks.value ?? [],
-      refused: refused.value ?? [],
+      networks: networks.value,
+      refused: refused.value,
     });
   }
 
   async getByName(name: string): Promise<KeyRecord | null> {
-    const entry = await this.#read<number>(keyByName(name));
+    const entry = await this.#kv.get<number>(keyByName(name));
     return entry.value === null ? null : await this.get(entry.value);
   }
 
@@ -166,8 +168,8 @@ export class EntryBackend implements StoreBackend {
           lastUsedAt: !next.done && next.value.key[1] === id
             ? next.value.value
             : null,
-          networks: networks.value ?? [],
-          refused: refused.value ?? [],
+          networks: networks.value,
+          refused: refused.value,
         });
       }
     }
@@ -217,13 +219,13 @@ export class EntryBackend implements StoreBackend {
   }
 
   async revision(): Promise<bigint> {
-    return counted(await this.#read<Deno.KvU64>(REVISION));
+    return counted(await this.#kv.get<Deno.KvU64>(REVISION));
   }
 
   async *keyHashes(
     options: { afterId?: number } = {},
   ): AsyncIterable<{ id: number; hash: string }> {
-    if ((await this.#read(IMPORTING)).value !== null) return;
+    if ((await this.#kv.get(IMPORTING)).value !== null) return;
     const after = options.afterId ?? 0;
     for await (
       const entry of this.#kv.list<KeyRecord>({
@@ -238,7 +240,7 @@ export class EntryBackend implements StoreBackend {
   }
 
   async importRevision(): Promise<bigint> {
-    return counted(await this.#read<Deno.KvU64>(IMPORT_REVISION));
+    return counted(await this.#kv.get<Deno.KvU64>(IMPORT_REVISION));
   }
 
   async recordLastUsed(uses: { id: number; at: Date }[]): Promise<void> {
@@ -266,18 +268,14 @@ export class EntryBackend implements StoreBackend {
     options: { version?: string } = {},
   ): Promise<string | null> {
     const key = instanceKey(stored.id);
-    const op = this.#kv.atomic();
-    if (options.version !== undefined) {
-      op.check({ key, versionstamp: options.version });
-    }
-    const res = await op.set(key, stored).commit();
+    const res = await this.#at(key, options.version).set(key, stored).commit();
     return res.ok ? res.versionstamp : null;
   }
 
   async pollInstance(
     id: string,
   ): Promise<{ revision: bigint; version: string | null }> {
-    const [revision, instance] = await this.#readMany<[Deno.KvU64, unknown]>(
+    const [revision, instance] = await this.#kv.getMany<[Deno.KvU64, unknown]>(
       [REVISION, instanceKey(id)],
     );
     return { revision: counted(revision), version: instance.versionstamp };
@@ -301,52 +299,46 @@ export class EntryBackend implements StoreBackend {
     options: { version?: string } = {},
   ): Promise<boolean> {
     const key = instanceKey(id);
-    const op = this.#kv.atomic();
-    if (options.version !== undefined) {
-      op.check({ key, versionstamp: options.version });
-    }
-    return (await op.delete(key).commit()).ok;
+    return (await this.#at(key, options.version).delete(key).commit()).ok;
   }
 
-  async auditSince(after: bigint): ReturnType<StoreBackend["auditSince"]> {
-    const [current, imported] = await this.#readMany<
+  async changesSince(after: bigint): Promise<KeyChanges> {
+    const [current, imported] = await this.#kv.getMany<
       [Deno.KvU64, Deno.KvU64]
     >([REVISION, IMPORT_REVISION]);
     const revision = counted(current);
-    const kv = this.#kv;
+    const rebuild = { revision, keyIds: [], rebuild: true };
+    // Ids may have been reused by an import: nothing known before it holds.
+    if (after < 0n || counted(imported) > after) return rebuild;
+    const keyIds = new Set<number>();
     // Every line up to `revision` was committed with its revision bump, so
     // the list holds every change up to it.
-    async function* keyIds(): AsyncIterable<number> {
-      const lines = kv.list<AuditEntry>({
-        start: auditKey(after + 1n),
-        end: auditKey(revision + 1n),
-      });
-      for await (const { value } of lines) {
-        if (!(QUIET_ACTIONS as string[]).includes(value.action)) {
-          yield value.keyId;
-        }
-      }
+    const lines = this.#kv.list<AuditEntry>({
+      start: auditKey(after + 1n),
+      end: auditKey(revision + 1n),
+    });
+    for await (const { value } of lines) {
+      if ((QUIET_ACTIONS as readonly string[]).includes(value.action)) continue;
+      keyIds.add(value.keyId);
+      if (keyIds.size > MAX_CHANGES) return rebuild;
     }
-    const replaced = counted(imported) > after;
-    return { revision, replaced, keyIds: keyIds(), complete: true };
+    return { revision, keyIds: [...keyIds], rebuild: false };
   }
 
   close(): Promise<void> {
     return this.#kv.close();
   }
 
-  #readMany<T extends readonly unknown[]>(
-    keys: readonly [...{ [K in keyof T]: EntryKey }],
-  ): Promise<{ [K in keyof T]: Entry<T[K]> }> {
-    return this.#kv.getMany<T>(keys);
-  }
-
-  #read<T>(key: EntryKey): Promise<Entry<T>> {
-    return this.#kv.get<T>(key);
+  /** A commit on `key`, only if still at `version` when one is given. */
+  #at(key: EntryKey, version: string | undefined): Atomic {
+    const op = this.#kv.atomic();
+    return version === undefined
+      ? op
+      : op.check({ key, versionstamp: version });
   }
 
   async #refuseWhileImporting(): Promise<void> {
-    if ((await this.#read(IMPORTING)).value !== null) {
+    if ((await this.#kv.get(IMPORTING)).value !== null) {
       throw new ImportStateError("import_unfinished");
     }
   }
