@@ -31,11 +31,10 @@ import { openStore } from "./lib/store/open.ts";
 import type { KeyService } from "./lib/store/keys.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
-import { commandContext } from "./lib/console/_context.ts";
+import { commandContext, retireDue } from "./lib/console/_context.ts";
 import { errorCode, exitCodeOf, failure } from "./lib/console/errors.ts";
 import { jsonText, Output, report } from "./lib/console/_output.ts";
 import { parse } from "./lib/console/_parse.ts";
-import { retireDue } from "./lib/console/_retire.ts";
 import {
   describeServer,
   INTERRUPTED_WAIT_EXIT,

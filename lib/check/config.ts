@@ -13,9 +13,6 @@ import {
 } from "../auth/api_key.ts";
 import { CONNECTION_PATH } from "../routes/connection.ts";
 
-/** The route this check calls, below the base URL. */
-export const CONNECTION_ROUTE: string = CONNECTION_PATH;
-
 /** The environment variables the check reads; the `check` task allows exactly these. */
 export const CHECK_ENV = {
   baseUrl: "INTEGRATION_BASE_URL",
@@ -26,7 +23,6 @@ export const CHECK_ENV = {
   expiryWarningDays: "CHECK_EXPIRY_WARNING_DAYS",
 } as const;
 
-/** Reads one environment variable; undefined when unset. */
 export type EnvReader = (name: string) => string | undefined;
 
 /** The check's configuration, parsed and validated. */
@@ -45,17 +41,13 @@ export interface CheckConfig {
 
 /** A configuration problem; its message names the variable and the fix, never its value. */
 export class CheckConfigError extends Error {
-  /** Always `CheckConfigError`. */
   override name = "CheckConfigError";
 }
 
-/** The WARNING threshold when CHECK_MAX_OFFSET_SECONDS is unset. */
+// The values when the variables are unset, and the longest timeout.
 export const DEFAULT_MAX_OFFSET_SECONDS = 30;
-/** The timeout when CHECK_TIMEOUT_SECONDS is unset. */
 export const DEFAULT_TIMEOUT_SECONDS = 10;
-/** The WARNING threshold when CHECK_EXPIRY_WARNING_DAYS is unset. */
 export const DEFAULT_EXPIRY_WARNING_DAYS = 14;
-/** The longest timeout CHECK_TIMEOUT_SECONDS may set. */
 export const MAX_TIMEOUT_SECONDS = 300;
 
 /** Parses the configuration; throws {@linkcode CheckConfigError} naming the variable to fix. */
@@ -135,7 +127,7 @@ function readBaseUrl(env: EnvReader): URL {
   const prefix = url.pathname.replace(/\/+$/, "");
   if (/\/api\/v1(\/|$)/.test(prefix)) {
     throw new CheckConfigError(
-      `${name} must stop before /api/v1; the check adds ${CONNECTION_ROUTE} itself`,
+      `${name} must stop before /api/v1; the check adds ${CONNECTION_PATH} itself`,
     );
   }
   if (
@@ -146,7 +138,7 @@ function readBaseUrl(env: EnvReader): URL {
       `${name} uses http:// to another machine, which would send the key unencrypted; use https://, or set ${CHECK_ENV.allowPlainHttp}=1 on a network you trust`,
     );
   }
-  return new URL(prefix + CONNECTION_ROUTE, url.origin);
+  return new URL(prefix + CONNECTION_PATH, url.origin);
 }
 
 function readSeconds(

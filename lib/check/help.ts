@@ -6,18 +6,18 @@
 
 import {
   CHECK_ENV,
-  CONNECTION_ROUTE,
   DEFAULT_EXPIRY_WARNING_DAYS,
   DEFAULT_MAX_OFFSET_SECONDS,
   DEFAULT_TIMEOUT_SECONDS,
   MAX_TIMEOUT_SECONDS,
 } from "./config.ts";
+import { CONNECTION_PATH } from "../routes/connection.ts";
 
 /** The help text, ending in a newline. */
 export const CHECK_HELP = `Usage: deno task check [--json]
 
 Checks the integration service the way an integrator's monitoring would: calls
-GET ${CONNECTION_ROUTE} with your API key and reports whether the service is
+GET ${CONNECTION_PATH} with your API key and reports whether the service is
 reachable, which key and e-mail answered, and the offset between the server's
 clock and this machine's (corrected by half the round trip).
 

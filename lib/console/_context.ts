@@ -1,12 +1,16 @@
 /**
  * What a command runs with, taken from the process once per invocation:
- * who is acting, the time, and what kind of terminal (if any) is attached.
+ * who is acting, the time, and what kind of terminal (if any) is attached;
+ * and the store as the command finds it, with the revocations that keys'
+ * lifetimes have already decided written down.
  *
  * @module
  */
 
 import { looksLikeApiKey } from "../auth/api_key.ts";
 import { processEnv } from "../server/config.ts";
+import { ImportStateError } from "../store/errors.ts";
+import { retireDue as retireAll } from "../store/expiry.ts";
 import { normalizeActor } from "../store/records.ts";
 import type { KeyStore } from "../store/types.ts";
 import type { Context } from "./command.ts";
@@ -65,4 +69,18 @@ function actor(): string {
   if (looksLikeApiKey(user)) user = "withheld";
   if (looksLikeApiKey(host)) host = "withheld";
   return normalizeActor(`${user}@${host}`);
+}
+
+/**
+ * Revokes every valid key past its deadline, so that names are free again
+ * and the audit log says when and why (as "expiry"). Nothing depends on it
+ * for safety: the server refuses a key past its deadline either way.
+ */
+export async function retireDue(store: KeyStore): Promise<void> {
+  try {
+    await retireAll(store, { actor: "expiry" });
+  } catch (error) {
+    // An unfinished import is the command's to report, with its fix.
+    if (!(error instanceof ImportStateError)) throw error;
+  }
 }

@@ -30,14 +30,12 @@ export interface Column<T> {
   cell: (row: T) => string;
 }
 
-/** Options of {@linkcode headingLine} and {@linkcode rowLine}. */
-export interface LineOptions<T> {
-  /**
-   * Decorates a cell's text after it is cut and before it is padded, so
-   * that invisible colour codes never count towards the width.
-   */
-  paint?: (text: string, column: Column<T>) => string;
-}
+/**
+ * How {@linkcode headingLine} and {@linkcode rowLine} decorate a cell's text:
+ * after it is cut and before it is padded, so that invisible colour codes
+ * never count towards the width.
+ */
+type LineOptions<T> = { paint?: (text: string, column: Column<T>) => string };
 
 /** The heading line. */
 export function headingLine<T>(

@@ -48,13 +48,9 @@ const COMMAND_CODES = [
   "not_a_key",
   "unknown_key_value",
   "change_uncertain",
-  /** An export's FILE exists already, and an export never overwrites. */
   "file_exists",
-  /** The file is not a complete, well-formed export. */
   "file_invalid",
-  /** This user or process may not read or write FILE. */
   "file_refused",
-  /** Keys changed during every attempt to export. */
   "export_changed",
 ] as const;
 /** Why a command could not be done: exit code 1. */

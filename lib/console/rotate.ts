@@ -140,7 +140,10 @@ export const rotate: Command = {
     const { revoked, created, retired } = rotated;
     // The old key as the store holds it after the change, with the usage
     // that only get() fills in (a rotation returns the bare record).
-    const replaced = json ? await readBack(store, revoked) : revoked;
+    // The change is made either way: a store that cannot say gives the record.
+    const replaced = json
+      ? (await store.get(revoked.id).catch(() => null)) ?? revoked
+      : revoked;
     try {
       out.deliver(
         json
@@ -259,21 +262,6 @@ function overlapOption(
     overlapUntil: fromNow("--overlap", values.overlap, options),
     untilFirstUse,
   };
-}
-
-/**
- * `record` as the store holds it now, usage lists included; the record
- * itself when the store cannot say, as the change is made either way.
- */
-async function readBack(
-  store: KeyStore,
-  record: KeyRecord,
-): Promise<KeyRecord> {
-  try {
-    return (await store.get(record.id)) ?? record;
-  } catch {
-    return record;
-  }
 }
 
 /**

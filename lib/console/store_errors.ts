@@ -10,7 +10,6 @@ import { rangeProblem } from "../server/config.ts";
 import {
   ImportAuditError,
   type ImportDefect,
-  ImportItemError,
   ImportKeyError,
   InvalidFieldError,
   KeyIdsExhaustedError,
@@ -129,11 +128,6 @@ function inputProblem(error: StoreInputError): string {
   if (error instanceof ImportAuditError) {
     return `The import holds a malformed audit line ${error.excerpt}; fix or regenerate the export`;
   }
-  if (error instanceof ImportItemError) {
-    return `The import holds an item of unknown type ${
-      JSON.stringify(error.itemType)
-    }`;
-  }
   switch (error.code) {
     case "key_collision":
       return "Generated key collides; run the command again";
@@ -152,21 +146,16 @@ function inputProblem(error: StoreInputError): string {
 }
 
 /**
- * The console's wording of a store error, or null when `error` is not one.
- * A refused request gets its sentence with the fix; an outage keeps the
- * store's own message, written for whoever runs the database, except a
- * change left unconfirmed, which names the commands that tell.
+ * The console's wording of a store error. A refused request gets its
+ * sentence with the fix; an outage keeps the store's own message, written
+ * for whoever runs the database, except a change left unconfirmed, which
+ * names the commands that tell.
  */
 export function describeStoreError(
   error: StoreInputError | StoreUnavailableError,
-): string;
-export function describeStoreError(error: unknown): string | null;
-export function describeStoreError(error: unknown): string | null {
+): string {
   if (error instanceof StoreInputError) return inputProblem(error);
-  if (error instanceof StoreUnavailableError) {
-    return error.code === "change_unconfirmed"
-      ? `The key store did not answer within ${error.timeoutMs} ms, so a change may or may not have been made; check with "keys list --all" and "keys audit" before trying again`
-      : error.message;
-  }
-  return null;
+  return error.code === "change_unconfirmed"
+    ? `The key store did not answer within ${error.timeoutMs} ms, so a change may or may not have been made; check with "keys list --all" and "keys audit" before trying again`
+    : error.message;
 }

@@ -106,23 +106,18 @@ class Interrupted extends Error {
 }
 
 class ExportReader {
-  #file: string;
-  #handle: { read(buffer: Uint8Array): Promise<number | null> };
   /** The line being handled; 0 before the first. */
   #line = 0;
   #done = false;
-  #signal: AbortSignal;
   exportedAt: string | null = null;
 
   constructor(
-    file: string,
-    handle: { read(buffer: Uint8Array): Promise<number | null> },
-    signal: AbortSignal,
-  ) {
-    this.#file = file;
-    this.#handle = handle;
-    this.#signal = signal;
-  }
+    private readonly file: string,
+    private readonly handle: {
+      read(buffer: Uint8Array): Promise<number | null>;
+    },
+    private readonly signal: AbortSignal,
+  ) {}
 
   /**
    * The store checks each record as it takes it, while this reader is still
@@ -137,7 +132,7 @@ class ExportReader {
       const text = describeStoreError(error);
       const message = text[0].toLowerCase() + text.slice(1);
       return invalid(
-        `Line ${this.#line} of ${this.#file}: ${message}`,
+        `Line ${this.#line} of ${this.file}: ${message}`,
       );
     }
     return error;
@@ -145,7 +140,7 @@ class ExportReader {
 
   #problem(what: string, fix = "fix the line or export again"): ConsoleError {
     return invalid(
-      `Line ${this.#line} of ${this.#file} ${what}; ${fix}`,
+      `Line ${this.#line} of ${this.file} ${what}; ${fix}`,
     );
   }
 
@@ -185,17 +180,17 @@ class ExportReader {
     this.#done = true;
     if (this.#line === 0) {
       throw invalid(
-        `${this.#file} is empty; give a file written by "keys export"`,
+        `${this.file} is empty; give a file written by "keys export"`,
       );
     }
     if (end === null) {
       throw invalid(
-        `${this.#file} ends at line ${this.#line} without its end line, so it was cut short; copy it again or export again`,
+        `${this.file} ends at line ${this.#line} without its end line, so it was cut short; copy it again or export again`,
       );
     }
     if (end.keys !== seen.keys || end.audit !== seen.audit) {
       throw invalid(
-        `The end line of ${this.#file} counts ${
+        `The end line of ${this.file} counts ${
           counted(end)
         }, but the file holds ${counted(seen)}; export again`,
       );
@@ -244,12 +239,12 @@ class ExportReader {
    * aborted: a pipe may hold the read for ever.
    */
   #read(buffer: Uint8Array): Promise<number | null> {
-    const signal = this.#signal;
+    const signal = this.signal;
     signal.throwIfAborted();
     return new Promise((resolve, reject) => {
       const stop = () => reject(signal.reason);
       signal.addEventListener("abort", stop, { once: true });
-      this.#handle.read(buffer).then(resolve, reject).finally(() =>
+      this.handle.read(buffer).then(resolve, reject).finally(() =>
         signal.removeEventListener("abort", stop)
       );
     });
