@@ -276,8 +276,11 @@ export class ImportChecker {
         fail(id, "link_invalid", { recordField: "retires" });
       }
     }
+    // A rotation links both ways: a key names the key it was rotated from
+    // only if that key names it as its replacement, so no record can claim
+    // a stranger's key (and, through it, its rate-limit count).
     for (const [id, from] of this.#rotatedFrom) {
-      if (!this.#ids.has(from)) {
+      if (this.#replacedBy.get(from) !== id) {
         fail(id, "link_invalid", { recordField: "rotatedFrom" });
       }
     }

@@ -250,7 +250,9 @@ export function rotation(
   const until = options.overlapUntil;
   if (until === undefined) {
     const reason = `rotated: replaced by key ${fresh.id}`;
-    return { created, old: revokedRecord(current, options.at, reason) };
+    // The link both ways, so that an import can check a line's links.
+    const old = revokedRecord(current, options.at, reason);
+    return { created, old: { ...old, replacedBy: fresh.id } };
   }
   // Valid through the overlap, or until its own lifetime ends if sooner.
   const expiresAt = Date.parse(until) < expiryMs(current)

@@ -51,7 +51,7 @@ export interface KeyRecord {
    * key past it is revoked whether or not the store has written so yet.
    */
   expiresAt: string | null;
-  /** On a key rotated with an overlap: the id of its replacement. */
+  /** On a rotated key: the id of its replacement (in an overlap, or revoked). */
   replacedBy: number | null;
   /**
    * On a replacement that retires its predecessor at its first use: the id

@@ -1489,6 +1489,18 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
         changed(3, { rotatedFrom: 5 }),
         "rotatedFrom",
       ],
+      // A stranger's key claimed as the predecessor, which names another
+      // replacement: its count would follow, now or at the next rotation.
+      [
+        "a stranger's key claimed as predecessor, with its count",
+        changed(other.id, { rotatedFrom: a.id, rateCounter: a.id }),
+        "rotatedFrom",
+      ],
+      [
+        "a stranger's key claimed as predecessor alone",
+        changed(other.id, { rotatedFrom: a.id }),
+        "rotatedFrom",
+      ],
     ];
     await using empty = await open();
     for (const [what, records, field] of cases) {
