@@ -5,8 +5,8 @@
  * imports out of sight and publishes in one step, and keeps registrations
  * under a version it compares and sets. Its one implementation,
  * `layout/backend.ts`, is written over the seam (`entries.ts`): a database
- * is added by implementing the seam, as docs/design.md ("What a third
- * backend must implement") says.
+ * is added by implementing the seam, as docs/design.md ("The store: one
+ * seam, two backends") says.
  *
  * @module
  */

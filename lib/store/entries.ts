@@ -8,15 +8,18 @@
  * moves, the audit log and the change feed read from it, the import's
  * marker and the servers' registrations.
  *
- * A third backend implements {@linkcode Entries}; docs/design.md ("What a
- * third backend must implement") says what each member promises, and
- * tests/contract/entries_contract_test.ts with the store and lease
- * contracts are the proof.
+ * A third backend implements {@linkcode Entries}, each member's doc below
+ * saying what it promises (docs/design.md, "The store: one seam, two
+ * backends"); tests/contract/entries_contract_test.ts with the store and
+ * lease contracts are the proof.
  *
  * @module
  */
 
-/** One part of an entry's key; parts of one type order as Deno KV orders them. */
+/**
+ * One part of an entry's key; parts of one type order as Deno KV orders
+ * them: strings by UTF-8 bytes, numbers and bigints numerically.
+ */
 export type KeyPart = string | number | bigint;
 
 /** An entry's key: its parts, compared part by part. */
