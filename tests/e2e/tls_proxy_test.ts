@@ -192,9 +192,13 @@ async function behindNginx(upstream: "tcp" | "unix"): Promise<void> {
         });
         await wrong.body?.cancel();
       }
-      const locked = await call(key, { "X-Forwarded-For": "198.51.100.1" });
+      const locked = await call("wrong", { "X-Forwarded-For": "198.51.100.1" });
       await locked.body?.cancel();
       assert.equal(locked.status, 429);
+      // The lock answers only failures: the same client's valid key works.
+      const served = await call(key, { "X-Forwarded-For": "198.51.100.1" });
+      await served.body?.cancel();
+      assert.equal(served.status, 200);
     } finally {
       for (const conn of idle) {
         try {
