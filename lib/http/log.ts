@@ -18,6 +18,8 @@ export interface RequestLogLine {
   durationMs: number;
   client: string;
   apiKeyId?: number;
+  /** On a 401 without `X-API-Key`: which other header held a key, never its value. */
+  hint?: string;
 }
 
 const BATCH_BYTES = 64 * 1024;
@@ -73,6 +75,9 @@ export class JsonLog {
     const key = line.apiKeyId === undefined
       ? ""
       : `,"apiKeyId":${line.apiKeyId}`;
+    const hint = line.hint === undefined
+      ? ""
+      : `,"hint":${JSON.stringify(line.hint)}`;
     this.#push(
       `{"time":"${this.#time()}","msg":"request","requestId":"${line.requestId}","method":${
         JSON.stringify(line.method)
@@ -80,7 +85,7 @@ export class JsonLog {
         JSON.stringify(line.path)
       },"status":${line.status},"durationMs":${line.durationMs},"client":${
         JSON.stringify(line.client)
-      }${key}}`,
+      }${key}${hint}}`,
     );
   }
 

@@ -15,7 +15,9 @@ import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord } from "../store/types.ts";
 import { annotateRequest } from "./telemetry.ts";
 import type { AuthDecision, Authenticator } from "./authenticate.ts";
+import { misplacedKeyHint } from "./key_hint.ts";
 import {
+  API_KEY_HEADER,
   internalError,
   methodNotAllowed,
   notFound,
@@ -23,11 +25,8 @@ import {
   storeUnavailable,
   withFields,
 } from "./responses.ts";
-import {
-  keysInUrl,
-  loggablePath,
-  urlCarriesCredential,
-} from "./url_credentials.ts";
+import { keysInUrl, urlCarriesCredential } from "./url_credentials.ts";
+import { loggablePath } from "./loggable_path.ts";
 
 /** What every route handler receives. */
 export interface RequestContext {
@@ -72,6 +71,7 @@ export type Handler = (
 interface Seen {
   route?: string;
   apiKeyId?: number;
+  hint?: string;
 }
 
 interface Pending {
@@ -101,7 +101,7 @@ export function createRouter(
     });
   }
   const { authenticator, log, logRequest } = options;
-  // Logged as they are; any other path only when it cannot hold a key.
+  // Logged as they are; any other path with its key-shaped parts withheld.
   const loggable = { routes: new Set(table.keys()) };
   const proxies = { trustedProxies: options.trustedProxies ?? [] };
   const retryAfter = options.retryAfterSeconds ?? 5;
@@ -140,7 +140,14 @@ export function createRouter(
       return route.methods[method]!({ request, client });
     }
     const run = (decision: AuthDecision): Response | Promise<Response> => {
-      if (!decision.ok) return decision.response;
+      if (!decision.ok) {
+        // Only a refused request looks at its other headers.
+        if (
+          decision.response.status === 401 &&
+          !request.headers.has(API_KEY_HEADER)
+        ) seen.hint = misplacedKeyHint(request.headers);
+        return decision.response;
+      }
       seen.apiKeyId = decision.key.id;
       const response = route.methods[method]!({
         request,
@@ -191,6 +198,7 @@ export function createRouter(
         client,
       };
       if (seen.apiKeyId !== undefined) line.apiKeyId = seen.apiKeyId;
+      if (seen.hint !== undefined) line.hint = seen.hint;
       response.headers.set("x-request-id", line.requestId);
       logRequest(line);
     }

@@ -1,7 +1,7 @@
 /**
  * Credentials in URLs: a key in any spelling, with or without its prefix,
- * or a query parameter named like one. Refused on every route, and never
- * shown by a logged path.
+ * or a query parameter named like one. Refused on every route; a logged
+ * path withholds them (lib/http/loggable_path.ts).
  *
  * @module
  */
@@ -33,27 +33,6 @@ export function keysInUrl(
   const text = `${urlText(path)} ${urlText(query)}`;
   return [...text.match(KEY_ANYWHERE) ?? [], ...unprefixedKeysIn(text)]
     .slice(0, options.most);
-}
-
-const KEY_FRAGMENT = /[0-9A-Za-z]{16}/;
-const KEY_CHARACTERS = /[0-9A-Za-z]/g;
-const SPREAD_LIMIT = 16;
-
-/**
- * A path fit for a log line: a route as it is; any other withheld when it
- * holds a key, or 16 letters and digits in a run or in all, which is most of
- * a key (its checksum is public, so the rest follows).
- */
-export function loggablePath(
-  path: string,
-  options: { routes?: ReadonlySet<string> } = {},
-): string {
-  if (options.routes?.has(path)) return path;
-  if (pathCarriesKey(path)) return "[redacted: a key in the path]";
-  const text = path.includes("%") ? urlText(path) : path;
-  const fragment = KEY_FRAGMENT.test(path) || KEY_FRAGMENT.test(text) ||
-    (text.match(KEY_CHARACTERS)?.length ?? 0) >= SPREAD_LIMIT;
-  return fragment ? "[redacted: a long token in the path]" : path;
 }
 
 const BODY_LENGTH_RUN = /[0-9A-Za-z]{36}/;

@@ -698,6 +698,88 @@ Deno.test("the server logs one JSON line per request and never a key, the X-API-
   assert.equal(lines.filter((l) => l.msg === "key_exposed_in_url").length, 1);
 });
 
+/** Every byte of one answer over HTTP/1.1, until the server closes. */
+async function rawAnswer(port: number, head: string): Promise<string> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  try {
+    await conn.write(new TextEncoder().encode(head));
+    const chunks: Uint8Array[] = [];
+    const buffer = new Uint8Array(16 * 1024);
+    for (;;) {
+      const n = await conn.read(buffer);
+      if (n === null) break;
+      chunks.push(buffer.slice(0, n));
+    }
+    return new TextDecoder("latin1").decode(
+      new Uint8Array(chunks.flatMap((chunk) => [...chunk])),
+    );
+  } finally {
+    conn.close();
+  }
+}
+
+Deno.test("a 401 without X-API-Key logs where a key was sent instead, never the key, and answers as a plain 401; a mistyped path is logged as sent", async () => {
+  using dir = tempDir();
+  await using server = await startServer(dir.path, {
+    LOCKOUT_MAX_FAILURES: "1000",
+  });
+  const { key } = await createKey(dir.path, "misplaced");
+  const body = key.slice(4);
+  const get = (headers: string, target = ROUTE) =>
+    `GET ${target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n${headers}\r\n`;
+  // What differs between any two answers: the date and the request's id.
+  const bare = (answer: string) =>
+    answer.replace(/^(date|x-request-id): .*\r\n/gim, "");
+  const plain = await rawAnswer(server.port, get(""));
+  assert.match(plain, /^HTTP\/1\.1 401 /);
+  const misplaced: [string, string][] = [
+    [`Authorization: Bearer ${key}`, "Authorization"],
+    [`Authorization: ApiKey ${key}`, "Authorization"],
+    [`Authorization: Basic ${btoa(`${key}:`)}`, "Authorization"],
+    [`Api-Key: ${key}`, "Api-Key"],
+    [`X-Api-Token: ${key}`, "X-Api-Token"],
+    [`X-Something-Else: ${body}`, "another header"],
+  ];
+  for (const [header] of misplaced) {
+    const answer = await rawAnswer(server.port, get(`${header}\r\n`));
+    assert.equal(bare(answer), bare(plain), header.slice(0, 14));
+  }
+  const jwt = "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl";
+  const bearer = await rawAnswer(
+    server.port,
+    get(`Authorization: Bearer ${jwt}\r\n`),
+  );
+  assert.equal(bare(bearer), bare(plain));
+  const typo = "/api/v1/integration/conection";
+  assert.equal(await rawStatus(server.port, get("", typo)), 404);
+  assert.equal(await server.stop(), 0);
+
+  const output = server.output();
+  assert.ok(!output.includes(body), "the key in the output");
+  for (let i = 0; i + 8 <= body.length; i++) {
+    assert.ok(!output.includes(body.slice(i, i + 8)), "a part of the key");
+  }
+  assert.ok(!output.includes(jwt.slice(0, 8)), "the bearer token");
+  const requests = output.trim().split("\n").map((l) => JSON.parse(l))
+    .filter((l) => l.msg === "request");
+  assert.deepEqual(
+    requests.map((l) => [l.status, l.hint]),
+    [
+      [401, undefined],
+      ...misplaced.map(([, where]) => [
+        401,
+        `a key was sent in ${where}, which is not read; send it in X-API-Key`,
+      ]),
+      [
+        401,
+        "a Bearer credential was sent in Authorization, which is not read; send the key in X-API-Key",
+      ],
+      [404, undefined],
+    ],
+  );
+  assert.equal(requests.at(-1).path, typo);
+});
+
 for (const signal of ["SIGTERM", "SIGINT"] as const) {
   Deno.test(`${signal} stops the server gracefully: in-flight requests finish, the store is closed, exit code 0`, async () => {
     using dir = tempDir();

@@ -99,6 +99,28 @@ Deno.test("request lines carry the fields given, a client's text escaped", async
   assert.deepEqual(fields, { msg: "request", ...given });
 });
 
+Deno.test("a request line carries a hint only when given, escaped as a client's text", async () => {
+  const out = new Collector();
+  const log = new JsonLog({ out, delayMs: 60_000 });
+  const line = {
+    requestId: "ab-2",
+    method: "GET",
+    path: "/x",
+    status: 401,
+    durationMs: 0.5,
+    client: "198.51.100.7",
+  };
+  const hint = 'a key was sent in Authorization, "not read"\n';
+  log.request({ ...line, hint });
+  log.request(line);
+  log.flush();
+  await log.settled();
+  const [hinted, plain] = out.lines();
+  assert.equal(hinted.hint, hint);
+  assert.equal(hinted.status, 401);
+  assert.ok(!("hint" in plain));
+});
+
 Deno.test("a stalled reader costs dropped lines, counted and reported once it reads again, never unbounded memory", async () => {
   const out = new Collector();
   out.hold();
