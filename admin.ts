@@ -28,6 +28,7 @@ import {
   WaitInterruptedError,
 } from "./lib/store/acknowledged.ts";
 import { openStore } from "./lib/store/open.ts";
+import { describeStore } from "./lib/store/location.ts";
 import type { KeyService } from "./lib/store/keys.ts";
 import type { KeyStore } from "./lib/store/types.ts";
 import { COMMANDS } from "./lib/console/commands.ts";
@@ -142,7 +143,9 @@ export async function main(
       },
     });
     if (!NO_RETIRING.has(parsed.name)) await retireDue(store);
-    await parsed.command.run(commandContext(store, parsed, { out }));
+    await parsed.command.run(
+      commandContext(store, parsed, { out, where: describeStore(location) }),
+    );
     return 0;
   } catch (error) {
     // What a failed command queued is incomplete: only its message goes out.

@@ -12,19 +12,24 @@ import { processEnv } from "../server/config.ts";
 import { ImportStateError } from "../store/errors.ts";
 import { retireDue as retireAll } from "../store/expiry.ts";
 import { normalizeActor } from "../store/records.ts";
+import type { StoreDescription } from "../store/location.ts";
 import type { KeyStore } from "../store/types.ts";
 import type { Context } from "./command.ts";
 import type { Output } from "./_output.ts";
 import type { ParsedCommand } from "./_parse.ts";
 
-/** The context of one command run against `store`, writing to `options.out`. */
+/**
+ * The context of one command run against `store` (named `options.where`),
+ * writing to `options.out`.
+ */
 export function commandContext(
   store: KeyStore,
   parsed: ParsedCommand,
-  options: { out: Output },
+  options: { out: Output; where: StoreDescription },
 ): Context {
   return {
     store,
+    where: options.where,
     values: parsed.values,
     positionals: parsed.positionals,
     json: parsed.values.json === true,

@@ -38,10 +38,17 @@ const TIME_FIELDS = new Set([
   "expiresAt",
 ]);
 
-/** A record on stdout: one JSON object, or one field a line with times also relative. */
-export function printRecord(ctx: Context, record: KeyRecord): void {
+/**
+ * A record on stdout: one JSON object, or one field a line with times also
+ * relative. `extra` adds fields to the JSON object alone (a change's store).
+ */
+export function printRecord(
+  ctx: Context,
+  record: KeyRecord,
+  extra: Record<string, unknown> = {},
+): void {
   if (ctx.json) {
-    ctx.out.line(jsonText(publicRecord(record)));
+    ctx.out.line(jsonText({ ...publicRecord(record), ...extra }));
     return;
   }
   for (const [field, value] of Object.entries(publicRecord(record))) {

@@ -6,8 +6,15 @@
  */
 
 import { counted, exportTo, importFrom } from "./backup/mod.ts";
+import { jsonText, report } from "./_output.ts";
 import { type Command, FILE_ARGUMENT, STDIO } from "./command.ts";
 import { ConsoleError } from "./errors.ts";
+import {
+  IMPORTED_KEYS,
+  inStore,
+  storeField,
+  warnWithoutServer,
+} from "./_store.ts";
 
 /** The --help lines both commands share. */
 const FILE_NOTES = [
@@ -77,7 +84,8 @@ export const importCommand: Command = {
   ],
   files: ([file]) =>
     file === undefined || file === STDIO || file === "" ? {} : { read: [file] },
-  async run({ store, values, positionals, json, out, actor }) {
+  async run(ctx) {
+    const { store, values, positionals, json, out, actor } = ctx;
     if (values.abort === true) {
       if (positionals.length > 0) {
         throw new ConsoleError(
@@ -86,11 +94,13 @@ export const importCommand: Command = {
         );
       }
       const aborted = await store.abortImport({ actor });
-      if (json) out.line(JSON.stringify({ aborted }));
-      console.error(
+      if (json) out.line(jsonText({ aborted, ...storeField(ctx) }));
+      report(
         aborted
-          ? 'Aborted the unfinished import; the store is empty again. Run "keys import FILE" to import again'
-          : "No import was unfinished; nothing changed",
+          ? `Aborted the unfinished import ${
+            inStore(ctx)
+          }; the store is empty again. Run "keys import FILE" to import again`
+          : `No import was unfinished ${inStore(ctx)}; nothing changed`,
       );
       return;
     }
@@ -101,10 +111,13 @@ export const importCommand: Command = {
       );
     }
     const summary = await importFrom(store, positionals[0], { actor });
-    if (json) out.line(JSON.stringify(summary));
-    console.error(
-      `Imported ${counted(summary)} from ${summary.file}` +
+    if (json) out.line(jsonText({ ...summary, ...storeField(ctx) }));
+    report(
+      `Imported ${counted(summary)} ${
+        inStore(ctx, "into")
+      } from ${summary.file}` +
         (summary.exportedAt ? `, exported at ${summary.exportedAt}` : ""),
     );
+    await warnWithoutServer(ctx, IMPORTED_KEYS);
   },
 };

@@ -5,6 +5,7 @@
  * @module
  */
 
+import type { StoreDescription } from "../store/location.ts";
 import type { KeyStore } from "../store/types.ts";
 import type { Output } from "./_output.ts";
 
@@ -41,6 +42,8 @@ export interface Command {
 export interface Context {
   /** The store the server reads too. */
   store: KeyStore;
+  /** That store as messages and `--json` name it: never with a password. */
+  where: StoreDescription;
   /** The parsed options, by name without the dashes. */
   values: Record<string, string | boolean | undefined>;
   /** The positional arguments, within the command's bounds. */

@@ -29,6 +29,7 @@ import {
 } from "./_input.ts";
 import { jsonText, report, visible } from "./_output.ts";
 import { named } from "./_records.ts";
+import { inStore, NEW_KEY, storeField, warnWithoutServer } from "./_store.ts";
 import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
 import { formatRate } from "../auth/rate_limit.ts";
 
@@ -57,7 +58,8 @@ export const create: Command = {
     "KEY_MAX_LIFETIME, when set, bounds the lifetime and is the default one.",
     "KEY_RATE_LIMIT, when set, is the rate of a key created without --rate.",
   ],
-  async run({ store, values, json, out, actor, now }) {
+  async run(ctx) {
+    const { store, values, json, out, actor, now } = ctx;
     const name = checked(normalizeName, required(values, "name"));
     const email = checked(normalizeEmail, required(values, "email"));
     const expiresAt = requestedExpiry(values, { now });
@@ -81,7 +83,11 @@ export const create: Command = {
     try {
       out.deliver(
         (json
-          ? jsonText({ ...publicRecord(record), key: fresh.key })
+          ? jsonText({
+            ...publicRecord(record),
+            key: fresh.key,
+            ...storeField(ctx),
+          })
           : fresh.key) +
           "\n",
       );
@@ -90,14 +96,16 @@ export const create: Command = {
     }
     if (interrupted !== null) throw interrupted;
     report(
-      `Created key ${named(record)} for ${visible(record.email)}${
-        record.expiresAt === null ? "" : `, expiring at ${record.expiresAt}`
-      }${
+      `Created key ${named(record)} for ${visible(record.email)} ${
+        inStore(ctx)
+      }${record.expiresAt === null ? "" : `, expiring at ${record.expiresAt}`}${
         record.rateLimit === null
           ? ""
           : `, limited to ${formatRate(record.rateLimit)}`
-      }.\n${STORE_WARNING}`,
+      }.`,
     );
+    await warnWithoutServer(ctx, NEW_KEY);
+    report(STORE_WARNING);
   },
 };
 

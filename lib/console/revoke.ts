@@ -17,6 +17,12 @@ import { checked } from "./_input.ts";
 import { report } from "./_output.ts";
 import { confirm } from "./_prompt.ts";
 import { advice, describe, named, printRecord, resolve } from "./_records.ts";
+import {
+  inStore,
+  OTHER_CHANGE,
+  storeField,
+  warnWithoutServer,
+} from "./_store.ts";
 
 /** `keys revoke KEY [--reason TEXT] [--yes]`. */
 export const revoke: Command = {
@@ -51,11 +57,14 @@ export const revoke: Command = {
     });
     report(
       changed
-        ? `Revoked key ${named(record)}: the next request with it gets 401.`
-        : `Key ${
-          named(record)
-        } was already revoked at ${record.revokedAt}; nothing changed.`,
+        ? `Revoked key ${named(record)} ${
+          inStore(ctx)
+        }: the next request with it gets 401.`
+        : `Key ${named(record)} was already revoked at ${record.revokedAt} ${
+          inStore(ctx)
+        }; nothing changed.`,
     );
+    await warnWithoutServer(ctx, OTHER_CHANGE);
     // A key in a rotation's overlap gave its name to its replacement: revoking
     // by name revokes the replacement and leaves it working, which whoever
     // revokes a leaked key must hear of.
@@ -70,7 +79,7 @@ export const revoke: Command = {
     }
     // As the store holds it after the change: get() fills in the usage
     // lists (last used, networks) that a revocation does not return.
-    printRecord(ctx, (await store.get(record.id)) ?? record);
+    printRecord(ctx, (await store.get(record.id)) ?? record, storeField(ctx));
   },
 };
 

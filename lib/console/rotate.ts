@@ -43,6 +43,7 @@ import {
   resolve,
 } from "./_records.ts";
 import { fromNow, requestedExpiry } from "./_input.ts";
+import { inStore, NEW_KEY, storeField, warnWithoutServer } from "./_store.ts";
 
 /** `keys rotate KEY [--overlap DURATION] [--until-first-use] [--yes]`. */
 export const rotate: Command = {
@@ -151,6 +152,7 @@ export const rotate: Command = {
             ...publicRecord(created),
             replaces: publicRecord(replaced),
             retired: retired === null ? null : publicRecord(retired),
+            ...storeField(ctx),
           }).slice(1) + "\n"
           : "\n",
       );
@@ -172,12 +174,14 @@ export const rotate: Command = {
             created.retires === null ? "" : ` or key ${created.id}'s first use`
           }; created`
           : `Revoked key ${revoked.id} and created`
-      } key ${named(created)} for ${visible(created.email)}.${
+      } key ${named(created)} for ${visible(created.email)} ${inStore(ctx)}.${
         retired === null
           ? ""
           : ` Revoked key ${retired.id}, which was still in its overlap.`
-      }\n${STORE_WARNING}`,
+      }`,
     );
+    await warnWithoutServer(ctx, NEW_KEY);
+    report(STORE_WARNING);
   },
 };
 

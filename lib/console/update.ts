@@ -12,6 +12,12 @@ import { ConsoleError } from "./errors.ts";
 import { checked, RATE_OPTION } from "./_input.ts";
 import { report } from "./_output.ts";
 import { insteadOfRevoked, named, printRecord, resolve } from "./_records.ts";
+import {
+  inStore,
+  OTHER_CHANGE,
+  storeField,
+  warnWithoutServer,
+} from "./_store.ts";
 
 /** The option of `create` and `update`. */
 export const ALLOW_FROM_OPTION: OptionSpec = {
@@ -77,8 +83,8 @@ export const update: Command = {
       report(
         `Key ${named(record)} ${
           set.changed
-            ? `${now}, from the next request on.`
-            : `${already}; nothing changed.`
+            ? `${now} ${inStore(ctx)}, from the next request on.`
+            : `${already} ${inStore(ctx)}; nothing changed.`
         }`,
       );
     if (allowFrom !== undefined) {
@@ -101,7 +107,12 @@ export const update: Command = {
         : `a rate limit of ${formatRate(rateLimit)}`;
       said(set, `now has ${rate}`, `already had ${rate}`);
     }
+    await warnWithoutServer(ctx, OTHER_CHANGE);
     // get() fills in the usage lists the change does not return.
-    printRecord(ctx, (await ctx.store.get(record.id)) ?? record);
+    printRecord(
+      ctx,
+      (await ctx.store.get(record.id)) ?? record,
+      storeField(ctx),
+    );
   },
 };

@@ -105,12 +105,12 @@ function rows(key: { identify: () => string }): Row[] {
     {
       args: ["create", "--name", "berlin", "--email", "ops@example.com"],
       exit: 0,
-      shape: { object: [...RECORD, "key"] },
+      shape: { object: [...RECORD, "key", "store"] },
     },
     {
       args: ["create", "--name", "hamburg", "--email", "it@example.com"],
       exit: 0,
-      shape: { object: [...RECORD, "key"] },
+      shape: { object: [...RECORD, "key", "store"] },
     },
     { args: ["list"], exit: 0, shape: { array: RECORD } },
     { args: ["list", "--all"], exit: 0, shape: { array: RECORD } },
@@ -118,18 +118,22 @@ function rows(key: { identify: () => string }): Row[] {
     {
       args: ["update", "1", "--allow-from", "192.0.2.0/24"],
       exit: 0,
-      shape: { object: RECORD },
+      shape: { object: [...RECORD, "store"] },
     },
     {
       args: ["rotate", "hamburg", "--yes"],
       exit: 0,
-      shape: { object: [...RECORD, "key", "replaces", "retired"] },
+      shape: { object: [...RECORD, "key", "replaces", "retired", "store"] },
     },
-    { args: ["revoke", "1", "--yes"], exit: 0, shape: { object: RECORD } },
+    {
+      args: ["revoke", "1", "--yes"],
+      exit: 0,
+      shape: { object: [...RECORD, "store"] },
+    },
     {
       args: ["revoke", "1", "--reason", "again"],
       exit: 0,
-      shape: { object: RECORD },
+      shape: { object: [...RECORD, "store"] },
     },
     {
       args: ["audit"],
@@ -159,7 +163,7 @@ function rows(key: { identify: () => string }): Row[] {
     {
       args: ["import", "--abort"],
       exit: 0,
-      shape: { object: ["aborted"] },
+      shape: { object: ["aborted", "store"] },
     },
     // 2: the command line was wrong.
     { args: ["frobnicate"], exit: 2, error: "unknown_command" },
@@ -393,6 +397,14 @@ Deno.test("every exit code and --json shape of docs/console.md: exactly one JSON
         }
       }
     }
+    // A command that changes keys names the store it changed: the KV file
+    // as an absolute path, whatever DENO_KV_PATH's relative form.
+    if ("object" in shape && shape.object.includes("store")) {
+      assert.deepEqual(value.store, {
+        kind: "kv",
+        path: `${Deno.realPathSync(cwd)}/data/keys.db`,
+      }, label);
+    }
     // Keys go out once, on stdout of the command that made them.
     for (const secret of issued) {
       assert.ok(!result.stdout.includes(secret), label);
@@ -419,8 +431,12 @@ Deno.test("every exit code and --json shape of docs/console.md: exactly one JSON
   assert.equal(imported.code, 0, imported.stderr);
   assert.deepEqual(
     Object.keys(JSON.parse(imported.stdout)).sort(),
-    ["audit", "exportedAt", "file", "keys"],
+    ["audit", "exportedAt", "file", "keys", "store"],
   );
+  assert.deepEqual(JSON.parse(imported.stdout).store, {
+    kind: "kv",
+    path: `${Deno.realPathSync(fresh.path)}/data/keys.db`,
+  });
   // Every documented case of 1 and 2 has its row.
   const covered = new Set(
     table.filter((row) => row.error).map((row) => row.error),
@@ -451,6 +467,33 @@ Deno.test("the error codes docs/console.md lists are exactly the codes --json ma
     ),
   ].map((m) => m[1]);
   assert.deepEqual([...listed].sort(), [...CONSOLE_ERROR_CODES].sort());
+});
+
+Deno.test("docs/console.md gives the store field of every command that changes keys, in both forms, as the rows above find it", async () => {
+  const doc = await Deno.readTextFile(
+    new URL("../../docs/console.md", import.meta.url),
+  );
+  const section = doc.slice(doc.indexOf("## The store a change names"));
+  assert.ok(section.length > 0, "docs/console.md names the store of a change");
+  const text = section.slice(0, section.indexOf("\n## ", 4));
+  assert.ok(text.includes('"store":{"kind":"kv","path":'), text);
+  assert.ok(
+    text.includes(
+      '"store":{"kind":"postgres","host":"db.internal","port":5432,"database":"keys"}',
+    ),
+    text,
+  );
+  // The commands whose rows above carry "store", and only those.
+  const changing = rows({ identify: () => "" }).filter((row) =>
+    row.shape !== undefined && "object" in row.shape &&
+    row.shape.object.includes("store")
+  ).map((row) => row.args[0]);
+  for (const command of new Set(changing)) {
+    assert.match(text, new RegExp(`\`${command}\``), command);
+  }
+  for (const command of ["list", "show", "audit", "identify", "export"]) {
+    assert.doesNotMatch(text, new RegExp(`\`${command}\``), command);
+  }
 });
 
 /** An export holding `records`, for `keys import`. */

@@ -66,7 +66,14 @@ Deno.test("an export imported into a new store keeps every key working as before
   );
   const imported = await keys(target.path, ["import", file, "--json"]);
   assert.equal(imported.code, 0, imported.stderr);
-  assert.deepEqual(JSON.parse(imported.stdout), summary);
+  // The summary of the export, and the store it was imported into.
+  assert.deepEqual(JSON.parse(imported.stdout), {
+    ...summary,
+    store: {
+      kind: "kv",
+      path: `${Deno.realPathSync(target.path)}/data/keys.db`,
+    },
+  });
   assert.deepEqual(await contents(target.path), await contents(source.path));
 
   await using server = await startServer(target.path);

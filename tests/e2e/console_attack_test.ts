@@ -293,7 +293,7 @@ Deno.test("a key whose name an older console let through is rotated and revoked 
   assertHarmless(rotated.stderr, "rotate");
   assert.match(
     rotated.stderr,
-    /^Revoked key 1 and created key 3 "site-1\\u202egpj\.exe\\u2066" for ops\\u202egpj\.exe\\u2066@example\.com\.\n/,
+    /^Revoked key 1 and created key 3 "site-1\\u202egpj\.exe\\u2066" for ops\\u202egpj\.exe\\u2066@example\.com in the store [^\n]+\.\n/,
   );
   const revoked = await keys(dir.path, ["revoke", "3"]);
   assert.equal(revoked.code, 0, revoked.stderr);
