@@ -55,7 +55,6 @@ export const RELATIVE_TIME_WIDTH = Math.max(
   }),
 );
 
-/** The looks the console uses. */
 export type Tone = "bold" | "dim" | "red" | "yellow";
 
 const SGR: Record<Tone, [on: number, off: number]> = {

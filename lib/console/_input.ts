@@ -64,7 +64,6 @@ export function required(values: Context["values"], option: string): string {
   return value;
 }
 
-/** The option of `create` and `update`. */
 export const RATE_OPTION: OptionSpec = {
   type: "string",
   help:

@@ -31,7 +31,6 @@ export class Output {
     return this.#closed;
   }
 
-  /** Queues text, writing out once 64 KiB are pending. */
   write(text: string): void {
     this.#chunks.push(text);
     this.#size += text.length;

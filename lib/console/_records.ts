@@ -115,7 +115,6 @@ export function recordTone(record: KeyRecord, field: string): Tone | undefined {
   return undefined;
 }
 
-/** Text in a tone, or as it is when there is none. */
 export function tinted(text: string, tone: Tone | undefined): string {
   return tone === undefined ? text : paint(text, tone);
 }

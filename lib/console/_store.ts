@@ -1,20 +1,14 @@
 /**
- * The store a change was made in, as the console names it: on every line
- * that changes a key, as the `store` field of `--json`, and in the one
- * warning of a change no running server will see.
- *
- * Whether a server uses the store is read after the change, from its
- * registrations: a change returns only once every registered server has
- * confirmed it or lost its lease, and the wait removes each registration
- * whose lease ran out. What is still listed then, renewed at least once and
- * readable (the rule lib/auth/peers.ts counts servers by), is a server that
- * confirmed this change or started since. None at all: the warning.
+ * The store a change was made in, as the console names it, and the one
+ * warning of a change no running server will see. A change returns only
+ * once every registered server confirmed it or lost its lease (the wait
+ * removes expired registrations), so a server still listed, renewed and
+ * readable (lib/auth/peers.ts's rule) confirmed it or started since.
  *
  * @module
  */
 
 import { type StoreDescription, storeName } from "../store/location.ts";
-import type { KeyStore } from "../store/types.ts";
 import type { Context } from "./command.ts";
 import { report } from "./_output.ts";
 
@@ -34,31 +28,21 @@ export function storeField(
 }
 
 /**
- * How many servers use the store, by the rule above; null when the store
- * cannot list them (the change itself is made and reported either way).
- */
-export async function runningServers(
-  store: Pick<KeyStore, "instances">,
-): Promise<number | null> {
-  try {
-    const listed = await store.instances();
-    return listed.filter((one) => !one.broken && one.acked >= 0n).length;
-  } catch {
-    return null;
-  }
-}
-
-/**
- * Says once, on stderr, that no server uses the store the command changed,
- * naming it, with what follows for the key (`consequence`): a console and
- * servers started with different DENO_KV_PATH or DATABASE_URL otherwise
- * only meet at the integrator's first 401.
+ * Says once, on stderr, that no server uses the changed store: a console and
+ * servers on different DENO_KV_PATH or DATABASE_URL otherwise only meet at
+ * the integrator's first 401.
  */
 export async function warnWithoutServer(
   ctx: Pick<Context, "store" | "where">,
   consequence: string,
 ): Promise<void> {
-  if (await runningServers(ctx.store) !== 0) return;
+  // A store that cannot list its servers warns of nothing.
+  try {
+    const listed = await ctx.store.instances();
+    if (listed.some((one) => !one.broken && one.acked >= 0n)) return;
+  } catch {
+    return;
+  }
   report(
     `No server is running on this store (${
       storeName(ctx.where)
@@ -66,11 +50,7 @@ export async function warnWithoutServer(
   );
 }
 
-/** What a server on another store makes of a new key. */
+// What a server on another store makes of a new key, an import, any other change.
 export const NEW_KEY = "answers 401 for this key";
-
-/** What a server on another store makes of an import's keys. */
 export const IMPORTED_KEYS = "answers 401 for the imported keys";
-
-/** What a server on another store makes of any other change. */
 export const OTHER_CHANGE = "does not see this change";

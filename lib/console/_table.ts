@@ -13,7 +13,6 @@
 
 import { escapeControlCharacters } from "../util/control_characters.ts";
 
-/** One column: heading, width, and how to take the cell from a row. */
 export interface Column<T> {
   /** The heading, also the name the colouring and the fitting go by. */
   heading: string;
@@ -37,7 +36,6 @@ export interface Column<T> {
  */
 type LineOptions<T> = { paint?: (text: string, column: Column<T>) => string };
 
-/** The heading line. */
 export function headingLine<T>(
   columns: Column<T>[],
   options: LineOptions<T> = {},
@@ -45,7 +43,6 @@ export function headingLine<T>(
   return line(columns, (c) => c.heading, options);
 }
 
-/** One row, every cell cut to its column with an ellipsis. */
 export function rowLine<T>(
   columns: Column<T>[],
   row: T,

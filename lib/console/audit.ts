@@ -14,7 +14,6 @@ import { jsonText, report } from "./_output.ts";
 import { named, resolve } from "./_records.ts";
 import { type Column, headingLine, rowLine } from "./_table.ts";
 
-/** `keys audit [KEY]`. */
 export const audit: Command = {
   summary: "show the audit log, oldest first",
   usage: "audit [KEY]",

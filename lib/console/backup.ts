@@ -25,7 +25,6 @@ const FILE_NOTES = [
   "private as the store.",
 ];
 
-/** `keys export FILE`. */
 export const exportCommand: Command = {
   summary: "back up every key record and the audit log to a new FILE",
   usage: "export FILE",
@@ -60,7 +59,6 @@ export const exportCommand: Command = {
   },
 };
 
-/** `keys import FILE` and `keys import --abort`. */
 export const importCommand: Command = {
   summary: "restore a FILE written by export into an empty store",
   usage: "import FILE | import --abort",

@@ -13,7 +13,6 @@ import type { Output } from "./_output.ts";
 export interface OptionSpec {
   /** A string takes a VALUE; a boolean is a switch. */
   type: "string" | "boolean";
-  /** The option's line in the command's --help. */
   help: string;
 }
 
@@ -44,13 +43,10 @@ export interface Context {
   store: KeyStore;
   /** That store as messages and `--json` name it: never with a password. */
   where: StoreDescription;
-  /** The parsed options, by name without the dashes. */
   values: Record<string, string | boolean | undefined>;
-  /** The positional arguments, within the command's bounds. */
   positionals: string[];
   /** `--json` was given: stdout carries exactly one JSON value. */
   json: boolean;
-  /** Buffered stdout. */
   out: Output;
   /** Who runs the command, as the audit log records it. */
   actor: string;
@@ -64,29 +60,24 @@ export interface Context {
   interactive: boolean;
 }
 
-/** The option every command takes. */
 export const JSON_OPTION: OptionSpec = {
   type: "boolean",
   help: "print exactly one JSON value on stdout",
 };
 
-/** The option of the commands that ask first. */
 export const YES_OPTION: OptionSpec = {
   type: "boolean",
   help: "do not ask for confirmation at a terminal",
 };
 
-/** The argument of the commands that take one key. */
 export const KEY_ARGUMENT = "KEY (an id or a name)";
 
-/** The argument of export and import. */
 export const FILE_ARGUMENT =
   "FILE (a path such as /var/backups/keys.jsonl, or - for stdout or stdin)";
 
 /** The argument that stands for stdout (export) or stdin (import). */
 export const STDIO = "-";
 
-/** The --help lines of the commands that ask first. */
 export const CONFIRM_NOTES = [
   "",
   "At a terminal this asks for confirmation first; --yes skips the question.",

@@ -16,7 +16,6 @@ import { rotate } from "./rotate.ts";
 import { show } from "./show.ts";
 import { update } from "./update.ts";
 
-/** Every command of the console. */
 export const COMMANDS: Readonly<Record<string, Command>> = {
   create,
   list,

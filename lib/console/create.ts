@@ -33,7 +33,6 @@ import { inStore, NEW_KEY, storeField, warnWithoutServer } from "./_store.ts";
 import { ALLOW_FROM_OPTION, allowFromOption } from "./update.ts";
 import { formatRate } from "../auth/rate_limit.ts";
 
-/** `keys create --name NAME --email EMAIL [--expires-in DURATION | --expires-at TIME] [--allow-from RANGES] [--rate RATE]`. */
 export const create: Command = {
   summary: "generate a key for an installation and print it once",
   usage:

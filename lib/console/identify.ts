@@ -22,7 +22,6 @@ import { jsonText, visible } from "./_output.ts";
 /** More than any pasted key with its surroundings; the rest is not read. */
 const MAX_INPUT_BYTES = 64 * 1024;
 
-/** `keys identify [FILE]`. */
 export const identify: Command = {
   summary: "tell which key a leaked value is, read from stdin or a FILE",
   usage: "identify [FILE]",

@@ -16,7 +16,6 @@ import { jsonText, report } from "./_output.ts";
 import { recordTone, tinted } from "./_records.ts";
 import { type Column, fitColumns, headingLine, rowLine } from "./_table.ts";
 
-/** `keys list [--all]`. */
 export const list: Command = {
   summary: "list valid keys, or with --all revoked ones too",
   usage: "list [--all]",

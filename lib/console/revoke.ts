@@ -24,7 +24,6 @@ import {
   warnWithoutServer,
 } from "./_store.ts";
 
-/** `keys revoke KEY [--reason TEXT] [--yes]`. */
 export const revoke: Command = {
   summary: "revoke a key at once and for good",
   usage: "revoke KEY [--reason TEXT] [--yes]",

@@ -45,7 +45,6 @@ import {
 import { fromNow, requestedExpiry } from "./_input.ts";
 import { inStore, NEW_KEY, storeField, warnWithoutServer } from "./_store.ts";
 
-/** `keys rotate KEY [--overlap DURATION] [--until-first-use] [--yes]`. */
 export const rotate: Command = {
   summary: "revoke a key and generate its replacement in one step",
   usage: "rotate KEY [--overlap DURATION] [--until-first-use] [--yes]",

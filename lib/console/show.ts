@@ -8,7 +8,6 @@ import { type Command, KEY_ARGUMENT } from "./command.ts";
 import { pendingRetirement, printRecord, resolve } from "./_records.ts";
 import { visible } from "./_output.ts";
 
-/** `keys show KEY`. */
 export const show: Command = {
   summary: "show one key",
   usage: "show KEY",

@@ -19,7 +19,6 @@ import {
   warnWithoutServer,
 } from "./_store.ts";
 
-/** The option of `create` and `update`. */
 export const ALLOW_FROM_OPTION: OptionSpec = {
   type: "string",
   help:
@@ -36,7 +35,6 @@ export function allowFromOption(text: string): string[] | null {
   );
 }
 
-/** `keys update KEY (--allow-from RANGES|any | --rate RATE|none)...`: one or both. */
 export const update: Command = {
   summary: "change where a key may be used from, or its rate limit",
   usage: "update KEY (--allow-from RANGES|any | --rate RATE|none)...",

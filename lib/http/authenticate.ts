@@ -50,7 +50,6 @@ import {
   unauthorized,
 } from "./responses.ts";
 
-/** What the step decided: the key's record, or the response to send instead. */
 export type AuthDecision =
   | {
     ok: true;
@@ -60,7 +59,6 @@ export type AuthDecision =
   }
   | { ok: false; response: Response };
 
-/** Options of {@linkcode createAuthenticator}. */
 export interface AuthenticatorOptions {
   lockout?: LockoutTracker;
   lastUsed?: LastUsedRecorder;
@@ -101,14 +99,12 @@ export function createAuthenticator(
   lookup.warm().catch(() => {});
   const { lastUsed, usage, log, background, peers } = options;
   const limiter = options.rateLimiter ?? new RateLimiter();
-  const retirements = new Retirements(store, {
-    background,
-    onError: (error) =>
-      log?.({
-        msg: "error",
-        error: error instanceof Error ? error.name : typeof error,
-      }),
-  });
+  const logError = (error: unknown) =>
+    log?.({
+      msg: "error",
+      error: error instanceof Error ? error.name : typeof error,
+    });
+  const retirements = new Retirements(store, { background, onError: logError });
 
   const refuseLocked = (
     counted: string,
@@ -134,12 +130,8 @@ export function createAuthenticator(
       }
       countOutcome("url_exposed", route);
       noteLock(lockout.fail(counted), client);
-      const write = noteExposure(candidates, client).catch((error) => {
-        log?.({
-          msg: "error",
-          error: error instanceof Error ? error.name : typeof error,
-        });
-      });
+      // Started even without `background`, which `?.` would skip.
+      const write = noteExposure(candidates, client).catch(logError);
       background?.track(write);
       return keyInUrl();
     },

@@ -1,27 +1,14 @@
 /**
- * A path fit for a log line: what a person needs to spot a typo stays, the
- * parts shaped like a key are replaced in place by `[key-shaped]`.
- *
- * The path is read decoded (every ASCII `%XX`, layer after layer, as the
- * key check reads it) and cut into tokens, the runs of letters and digits.
- * Withheld:
- *
- * 1. a token holding `isk_` (any case) with the token after it;
- * 2. a token of 16 or more characters, or with a capital letter: most of a
- *    key, whose checksum is public, or a piece of one (a key body has a
- *    capital almost surely: all 36 characters lower case or digits is a
- *    chance of 3 in a billion); a route segment in other case or mistyped
- *    (`Integration`, `CONECTION`) is not withheld for its capitals;
- * 3. anything still escaped after decoding, and a raw run of 8 or more
- *    letters and digits that escapes are part of (`%25abcdefgh`);
- * 4. once anything is withheld, every run of neighbouring tokens, between
- *    two withheld parts, that adds up to 8 or more characters: a key split
- *    or spread into small pieces around a withheld one.
- *
- * So lower-case words and digits under 16 stay whenever nothing in the path
- * is key-shaped (`/api/v1/integration/conection`), and a path with a key
- * keeps only runs shorter than 8 (`/api/v1/[key-shaped]/x`). Withheld parts
- * next to each other are one marker; the rest is logged as it was sent.
+ * A path fit for a log line: a typo stays visible, key-shaped parts become
+ * `[key-shaped]` in place. The path is decoded as the key check reads it
+ * (every ASCII `%XX`, layer after layer) and cut into runs of letters and
+ * digits (tokens). Withheld: (1) a token holding `isk_` (any case) and the
+ * token after it; (2) a token of 16+ characters, or with a capital (a key
+ * body is all lower case or digits 3 times in a billion), unless it is a
+ * route segment in other case or mistyped; (3) anything still escaped, and
+ * a raw run of 8+ that escapes are part of (`%25abcdefgh`); (4) once any is
+ * withheld, neighbouring tokens adding up to 8+ between withheld parts: a
+ * key split into pieces. Adjacent withheld parts are one marker.
  *
  * @module
  */
@@ -169,7 +156,6 @@ function decodeWithSpans(path: string): Decoded {
 
 const PERCENT = 0x25;
 
-/** The value of a hex digit's code, else -1. */
 function hexValue(code: number | undefined): number {
   if (code === undefined) return -1;
   if (code >= 0x30 && code <= 0x39) return code - 0x30;

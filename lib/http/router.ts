@@ -51,13 +51,11 @@ export type Route =
   | { path: string; auth: "api_key"; methods: Methods<AuthenticatedContext> }
   | { path: string; auth: "none"; methods: Methods<RequestContext> };
 
-/** Options of {@linkcode createRouter}. */
 export interface RouterOptions {
   authenticator: Authenticator;
   trustedProxies?: readonly Cidr[];
   /** After a 503. */
   retryAfterSeconds?: number;
-  /** Hears unexpected errors. */
   log?: (fields: Record<string, unknown>) => void;
   logRequest?: (line: RequestLogLine) => void;
 }
@@ -120,10 +118,7 @@ export function createRouter(
     if (urlCarriesCredential(located, query)) {
       return authenticator.refuseKeyInUrl(
         keysInUrl(located, query, { most: 4 }),
-        {
-          client,
-          route: seen.route ?? "unrouted",
-        },
+        { client, route: seen.route ?? "unrouted" },
       );
     }
     if (!entry) return notFound();
@@ -190,8 +185,9 @@ export function createRouter(
     annotateRequest(seen);
     if (logRequest) {
       const line: RequestLogLine = {
-        requestId: nextRequestId(),
-        method: loggableMethod(request.method),
+        requestId: `${REQUEST_ID_PREFIX}-${(++requestCount).toString(36)}`,
+        // Whatever token the client sent, a key included: only known ones.
+        method: KNOWN_METHODS.has(request.method) ? request.method : "[other]",
         path: loggablePath(path, loggable),
         status: response.status,
         durationMs: Math.round((performance.now() - started) * 1000) / 1000,
@@ -262,11 +258,6 @@ const KNOWN_METHODS = new Set(
   "GET HEAD POST PUT PATCH DELETE OPTIONS CONNECT TRACE".split(" "),
 );
 
-/** A method is whatever token the client sent, a key included: log only known ones. */
-function loggableMethod(method: string): string {
-  return KNOWN_METHODS.has(method) ? method : "[other]";
-}
-
 /**
  * The authority, the path exactly as sent and the query string. Nothing is
  * normalised: `//`, `..`, `%2e` or a trailing slash simply match no route.
@@ -290,7 +281,3 @@ const REQUEST_ID_PREFIX = Array.from(
   (b) => b.toString(16).padStart(2, "0"),
 ).join("");
 let requestCount = 0;
-
-function nextRequestId(): string {
-  return `${REQUEST_ID_PREFIX}-${(++requestCount).toString(36)}`;
-}
