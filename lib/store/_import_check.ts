@@ -27,10 +27,7 @@ import {
   REFUSED_KEPT,
 } from "./usage_lists.ts";
 
-/**
- * Longest revoke reason an import takes. Must be at least what the console
- * lets `keys revoke --reason` store, or such an export would not restore.
- */
+/** Longest revoke reason an import takes: at least what `keys revoke --reason` stores, so exports restore. */
 export const IMPORT_REASON_MAX = 1000;
 /** Longest audit actor (OS user and host) an import takes; the console cuts its own to this. */
 export const IMPORT_ACTOR_MAX = 256;
@@ -61,10 +58,6 @@ function fail(
 function isIso(value: unknown): value is string {
   return typeof value === "string" && ISO.test(value) &&
     !Number.isNaN(Date.parse(value));
-}
-
-function isoOrNull(value: unknown): boolean {
-  return value === null || isIso(value);
 }
 
 function textOrNull(value: unknown, max: number): boolean {
@@ -161,10 +154,7 @@ function importedUsage(
   };
 }
 
-/**
- * Checks one import's records and audit lines as they stream by, remembering
- * what must stay unique across the whole import.
- */
+/** Checks an import's items as they stream by, remembering what must stay unique. */
 export class ImportChecker {
   #names = new Set<string>();
   #ids = new Set<number>();
@@ -217,7 +207,7 @@ export class ImportChecker {
       fail(id, "time_malformed", { recordField: "createdAt" });
     }
     for (const field of TIMES) {
-      if (!isoOrNull(record[field])) {
+      if (record[field] !== null && !isIso(record[field])) {
         fail(id, "time_malformed", { recordField: field });
       }
     }

@@ -20,10 +20,7 @@ export type Registry = Pick<
   "revision" | "instances" | "removeInstance"
 >;
 
-/**
- * How long the removals of lapsed registrations may take past the deadline:
- * they spare the next change a wait, but decide nothing for this one.
- */
+/** Grace past the deadline for removing lapsed registrations, which decide nothing here. */
 const REMOVAL_GRACE_MS = 250;
 
 export {
@@ -41,30 +38,20 @@ export interface AcknowledgeOptions {
   /** Called right after a change commits, before the wait: e.g. to poke this process's own lease. */
   onCommitted?: () => void;
   /**
-   * Ends a wait early once aborted: the report says `interrupted`, and a
-   * change through {@linkcode acknowledged} throws
-   * {@linkcode WaitInterruptedError} with its result instead of returning.
+   * Ends a wait early: the report says `interrupted`; a change through
+   * {@linkcode acknowledged} throws {@linkcode WaitInterruptedError} with its
+   * result.
    */
   signal?: AbortSignal;
-  /**
-   * {@linkcode awaitAcknowledgement}: the revision to wait for, when known:
-   * a reader waits for the revision its read saw, not for whatever the
-   * store holds by then.
-   */
+  /** The revision to wait for, when known: a reader waits for what its read saw. */
   revision?: bigint;
-  /**
-   * {@linkcode acknowledged}: where the registrations are read; the
-   * acknowledged store itself unless set (a test slows or stops these
-   * reads alone).
-   */
+  /** Where registrations are read; the acknowledged store unless set (tests slow these alone). */
   registry?: Registry;
 }
 
 /**
- * The store, whose every change that alters what authenticates (by its
- * type: lib/store/change.ts) returns only once every registered server has
- * acknowledged it or lost its lease. Changes that alter only usage return
- * at once, as they always did.
+ * The store, whose authentication changes (by type) return once every server
+ * has acknowledged or lost its lease; usage changes return at once.
  */
 export function acknowledged(
   store: KeyService,
@@ -208,10 +195,7 @@ export async function awaitAcknowledgement(
   }
 }
 
-/**
- * `work`, or DeadlineError once monotonic time `until` has come; with
- * `stopped`, also a rejection once it settles.
- */
+/** `work`, or DeadlineError at monotonic `until` (or once `stopped` settles). */
 function within<T>(
   work: Promise<T>,
   until: number,

@@ -77,18 +77,12 @@ export abstract class ChangeDraft<A extends Alters> {
     this.writes.push({ kind: "usage", id, lists });
   }
 
-  /**
-   * Appends an audit line, numbered by the next revision: a property, not a
-   * method, so that the compiler checks the line's action against `A`.
-   */
+  /** A property, not a method, so that the compiler checks the line's action against `A`. */
   readonly audit = (line: AuditLine<A>): void => {
     this.lines.push(line);
   };
 
-  /**
-   * The audit lines as a commit appends them after revision `before`: each
-   * under the revision it moves to, all at the change's time.
-   */
+  /** The audit lines as committed after revision `before`, each under the revision it moves to. */
   numbered(before: bigint): { seq: bigint; entry: AuditEntry }[] {
     const at = this.at.toISOString();
     return this.lines.map((line, i) => ({
@@ -134,10 +128,7 @@ export function withUsage(
 /** A server's registration as written: the revision as decimal text. */
 export type StoredInstance = Omit<InstanceInfo, "acked"> & { acked: string };
 
-/**
- * The primitives of a key store's database: its reads are the store's own
- * ({@linkcode KeyStore}), and `change` is the only way to alter a key.
- */
+/** A database's primitives: the store's own reads; `change` is the only way to alter a key. */
 export interface StoreBackend extends
   Pick<
     KeyStore,
@@ -185,17 +176,13 @@ export interface StoreBackend extends
     items: AsyncIterable<ExportItem>,
     options: ChangeOptions,
   ): Promise<Committed<{ keys: number; audit: number }, "authentication">>;
-  /**
-   * {@linkcode KeyStore.abortImport}, not yet settled: the revisions (and
-   * the import revision) move past every one the store had.
-   */
+  /** {@linkcode KeyStore.abortImport}, not yet settled; revisions move past every earlier one. */
   abortImport(
     options: ChangeOptions,
   ): Promise<Committed<boolean, "authentication">>;
   /**
-   * Writes registration `stored.id`: only if it is still at `version` when
-   * one is given (then null when it is not), else as a new one. Returns the
-   * new version, which every write of the registration changes.
+   * Writes registration `stored.id`, if still at `version` when given (else
+   * null); returns its new version.
    */
   putInstance(
     stored: StoredInstance,

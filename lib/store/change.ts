@@ -48,16 +48,10 @@ export type AuthenticationChange =
   | "importAll"
   | "abortImport";
 
-/** The store methods whose changes alter only usage. */
-export type UsageChange =
-  | "markExposed"
-  | "recordNetworkUses"
-  | "recordRefusedUses";
-
 /** A change's declaration: which method makes it, and what it alters. */
 export interface ChangeKind<A extends Alters> {
   readonly name: A extends "authentication" ? AuthenticationChange
-    : UsageChange;
+    : "markExposed" | "recordNetworkUses" | "recordRefusedUses";
   readonly alters: A;
 }
 
@@ -89,10 +83,7 @@ export interface AcknowledgeReport {
   remainingMs: number;
 }
 
-/**
- * A change was made, but the wait for its acknowledgements was interrupted
- * (Ctrl-C at the console): what the change returned, and how the wait stood.
- */
+/** A change was made, but the wait for its acknowledgements was interrupted (Ctrl-C). */
 export class WaitInterruptedError extends Error {
   override name = "WaitInterruptedError";
   /** The store method that made the change: "revoke", "rotate" … */
@@ -154,9 +145,8 @@ export class Committed<T, A extends Alters> {
   }
 
   /**
-   * The result of a change that alters authentication, once `acknowledge`
-   * has resolved. Throws {@linkcode WaitInterruptedError} when the wait was
-   * interrupted, with the result, as the change is made.
+   * An authentication change's result, once `acknowledge` resolved;
+   * {@linkcode WaitInterruptedError} (with it) if interrupted.
    */
   async settle(
     this: Committed<T, "authentication">,

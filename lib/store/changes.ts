@@ -170,10 +170,7 @@ export async function rotateKey(
   return { revoked: old, created, retired };
 }
 
-/**
- * Writes the revocation a lifetime already decided: key `id` past its
- * deadline, or (`first_use`) the key that `id` retires at its first use.
- */
+/** Writes the revocation a deadline, or (`first_use`) a replacement's first use, decided. */
 export async function retireKey(
   draft: Authenticating,
   id: number,
@@ -291,10 +288,7 @@ export async function exposeKey(
   return true;
 }
 
-/**
- * Merges one key's network uses into its bounded list; every network the
- * list did not hold is audited. Returns those; none for an unknown key.
- */
+/** Merges a key's network uses into its bounded list; returns (and audits) the new ones. */
 export async function noteNetworks(
   draft: Quiet,
   id: number,

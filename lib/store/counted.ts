@@ -26,10 +26,7 @@ export interface CountedStore {
   counts(): Partial<Record<keyof KeyStore, number>>;
 }
 
-/**
- * `store` with every call counted by method; a store made from it (by
- * `acknowledged()`) counts into the same tally, its waits' reads included.
- */
+/** `store` with every call counted by method, including those of stores made from it. */
 export function counted(store: KeyService): CountedStore {
   const counts: Partial<Record<keyof KeyStore, number>> = {};
   const onCall = (method: keyof KeyStore) => {

@@ -16,10 +16,7 @@
  * @module
  */
 
-/**
- * One part of an entry's key; parts of one type order as Deno KV orders
- * them: strings by UTF-8 bytes, numbers and bigints numerically.
- */
+/** One part of an entry's key, ordered as Deno KV orders it (strings by UTF-8 bytes). */
 export type KeyPart = string | number | bigint;
 
 /** An entry's key: its parts, compared part by part. */
@@ -49,18 +46,14 @@ export type CommitResult = { ok: true; versionstamp: string } | {
   ok: false;
 };
 
-/**
- * One atomic commit being built: every check holds and every write is
- * made, or nothing is. Writes apply in order; the last write of a key wins.
- */
+/** One atomic commit: every check holds and every write is made, in order, or nothing is. */
 export interface Atomic {
   check(...checks: Check[]): this;
   set(key: EntryKey, value: unknown): this;
   delete(key: EntryKey): this;
   /**
-   * Commits; `{ ok: false }` when a check failed. A backend waits out its
-   * own contention (a locked file, a held lock) and throws
-   * `StoreUnavailableError` only when it cannot commit at all.
+   * Commits; `{ ok: false }` when a check failed. Waits out its own
+   * contention; throws `StoreUnavailableError` only when it cannot commit.
    */
   commit(): Promise<CommitResult>;
 }
@@ -92,9 +85,8 @@ export interface Entries {
   ): AsyncIterable<Present<T>>;
   atomic(): Atomic;
   /**
-   * Optional: calls `listener` soon after a commit that `hint()` marked,
-   * from any process; returns the way to stop. A hint may be lost: the
-   * servers poll as well.
+   * Optional: calls `listener` soon after a `hint()`ed commit, from any
+   * process; returns the way to stop. A hint may be lost: servers poll too.
    */
   onChange?(listener: () => void): Promise<() => Promise<void>>;
   /** Optional: tells other processes' `onChange` listeners that a change committed. */

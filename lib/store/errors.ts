@@ -309,9 +309,8 @@ export class StoreUnavailableError extends Error {
 export type StoreOpenCode = "schema_too_new" | "schema_unknown";
 
 /**
- * A store that cannot be opened until its operator acts: a schema newer
- * than this code, or tables this code did not create. Its message
- * names the fix, as the server and the console both print it.
+ * A store that cannot open until its operator acts (a newer schema, foreign
+ * tables); the message names the fix.
  */
 export class StoreOpenError extends Error {
   override name = "StoreOpenError";

@@ -11,14 +11,6 @@
 
 import type { KeyRecord, KeyStore, RevokeResult } from "./types.ts";
 
-/** The reason of a key whose own lifetime ended. */
-export const EXPIRED_REASON = "expired";
-
-/** The reason of a key whose rotation overlap ended at its deadline. */
-export function overlapEndedReason(createdId: number): string {
-  return `rotation overlap ended: replaced by key ${createdId}`;
-}
-
 /** When a key stops authenticating, in ms since the epoch; Infinity for never. */
 export function expiryMs(record: KeyRecord): number {
   if (record.expiresAt === null) return Infinity;
@@ -27,18 +19,14 @@ export function expiryMs(record: KeyRecord): number {
   return Number.isNaN(ms) ? -Infinity : ms;
 }
 
-/**
- * Whether a key whose deadline is `expires` ({@linkcode expiryMs}) has
- * stopped authenticating at `now`: from the deadline itself on.
- */
+/** Whether a key with deadline `expires` has stopped authenticating at `now`. */
 export function hasExpired(expires: number, now: number): boolean {
   return now >= expires;
 }
 
 /**
- * The record as it stands at `now`: a valid key past its `expiresAt` is
- * revoked as of that time, whether or not a store has written so yet, so
- * that no reader depends on a background job.
+ * The record at `now`: a valid key past `expiresAt` is revoked as of then,
+ * written or not, so no reader depends on a background job.
  */
 export function recordAt(record: KeyRecord, now: number): KeyRecord {
   if (record.status !== "valid" || !hasExpired(expiryMs(record), now)) {
@@ -49,21 +37,15 @@ export function recordAt(record: KeyRecord, now: number): KeyRecord {
     status: "revoked",
     revokedAt: record.expiresAt,
     revokedReason: record.replacedBy === null
-      ? EXPIRED_REASON
-      : overlapEndedReason(record.replacedBy),
+      ? "expired"
+      : `rotation overlap ended: replaced by key ${record.replacedBy}`,
   };
 }
 
-/**
- * Who the audit log says wrote down an expiry: the server that met the key
- * (`server`), or the console's housekeeping before a command (`expiry`).
- */
+/** Who wrote down an expiry: a server that met the key, or the console's housekeeping. */
 export type ExpiryActor = "server" | "expiry";
 
-/**
- * Writes down the revocation that key `id`'s deadline already decided:
- * once, audited under the key; nothing when it has not expired.
- */
+/** Writes down once, audited, the revocation key `id`'s passed deadline decided. */
 export function retireExpired(
   store: Pick<KeyStore, "retire">,
   id: number,
@@ -73,9 +55,8 @@ export function retireExpired(
 }
 
 /**
- * Writes down every valid key past its deadline at `now`; returns how many.
- * It reads the store's index of deadlines, so it costs as much at 100,000
- * keys as at 10.
+ * Writes down every valid key past its deadline; returns how many. Reads the
+ * deadline index: as cheap at 100,000 keys as at 10.
  */
 export async function retireDue(
   store: Pick<KeyStore, "retire" | "dueKeys">,

@@ -52,10 +52,7 @@ import type {
 } from "./types.ts";
 
 export interface KeyServiceOptions {
-  /**
-   * Settles every change that alters authentication before it returns;
-   * without it, none waits (a store that no server answers from memory).
-   */
+  /** Settles every authentication change before it returns; without it, none waits. */
   acknowledge?: Acknowledge;
   /** Hears of every call, by method: what the traffic costs the store. */
   onCall?: (method: keyof KeyStore) => void;
@@ -312,10 +309,7 @@ export class KeyService implements KeyStore {
   }
 }
 
-/**
- * A usage note's change, or null while an import is unfinished: notes are
- * best effort, and the keys they name may not survive the import.
- */
+/** A usage note's change, or null while an import is unfinished: notes are best effort. */
 async function quietly<T>(
   change: Promise<Committed<T, "usage">>,
 ): Promise<Committed<T, "usage"> | null> {

@@ -19,10 +19,9 @@ import { DEFAULT_KV_PATH } from "./location.ts";
 export type KvKeyStore = KeyService;
 
 /**
- * Opens (creating its folder when missing) a KV store at a path, ":memory:"
- * or URL. A file store is made private whatever the umask: its folder 0700,
- * the file and SQLite's companions 0600, as they hold every key's hash and
- * every integrator's e-mail.
+ * Opens a KV store at a path (its folder created), ":memory:" or URL. A file
+ * store is private whatever the umask (folder 0700, files 0600): it holds
+ * every hash and e-mail.
  */
 export async function openKvStore(path: string): Promise<KvKeyStore> {
   return await openEntryStore(new KvEntries(await openKv(path)));

@@ -19,10 +19,7 @@ export interface RecorderOptions {
   log?: LogLine;
 }
 
-/**
- * A recorder of notes: a subclass keeps them in memory and hands them over
- * in {@linkcode BackgroundRecorder.take}.
- */
+/** A recorder of notes, kept in memory and handed over by {@linkcode BackgroundRecorder.take}. */
 export abstract class BackgroundRecorder {
   /** Where this recorder's lines go. */
   protected readonly log: LogLine;
@@ -39,10 +36,7 @@ export abstract class BackgroundRecorder {
     Deno.unrefTimer(this.#timer);
   }
 
-  /**
-   * Takes what is pending, leaving nothing, as the write that stores it;
-   * null when nothing is pending.
-   */
+  /** Takes what is pending, as the write that stores it; null when nothing is. */
   protected abstract take(): (() => Promise<void>) | null;
 
   /** Writes what is pending, after any write under way. */

@@ -21,10 +21,7 @@ import type {
   RotateOptions,
 } from "./types.ts";
 
-/**
- * The highest key id: below 2^31, so that ids stay exact wherever they are
- * counted and every store's export can be imported again.
- */
+/** The highest key id: below 2^31, so ids stay exact everywhere and exports re-import. */
 export const MAX_KEY_ID = 2 ** 31 - 1;
 
 /** Every action the audit log records; the compiler holds it to `AuditEntry`. */
@@ -52,10 +49,7 @@ export const ACTOR_MAX = 128;
 /** The longest refused e-mail address an error carries, in characters. */
 const REFUSED_EMAIL_MAX = 80;
 
-/**
- * The checks of every name, a lookup's and an import's too, which must not
- * refuse what they could find; a new name passes normalizeName's as well.
- */
+/** Checks every name passes, looked up or imported too; a new one also passes normalizeName's. */
 function tidyName(name: string): string {
   const tidy = name.normalize("NFC").trim();
   if (tidy === "") throw new InvalidFieldError("name", "empty");
@@ -105,11 +99,7 @@ export function nameKey(name: string): string {
   return tidyName(name).toLowerCase();
 }
 
-/**
- * Checks an e-mail address: at most {@linkcode EMAIL_MAX} characters, no
- * spaces, control or bidirectional characters; throws
- * {@linkcode InvalidFieldError} when unusable.
- */
+/** Checks an e-mail address: at most {@linkcode EMAIL_MAX}, no spaces, control or bidi characters. */
 export function normalizeEmail(email: string): string {
   const tidy = email.trim();
   // Deliberately practical: one @, a dotted domain, no spaces or control characters.
@@ -161,11 +151,7 @@ function shortened(text: string, max: number): string {
 
 /** The words of the audit log's details, alike in every store. */
 export const AUDIT_DETAIL = {
-  /**
-   * The id a rotation line names as the replacement, read back from the
-   * words `rotateKey` wrote: the log keeps no other link. Null for any
-   * other text.
-   */
+  /** The replacement id in `rotateKey`'s words (the log's only link); null for any other text. */
   replacementOf: (detail: string | null): number | null => {
     const id = /^replaced by key ([1-9]\d{0,15})(?:; .*)?$/.exec(detail ?? "")
       ?.[1];
@@ -223,10 +209,7 @@ export function revokedRecord(
   };
 }
 
-/**
- * The two records of a rotation, alike in every store: the old one revoked
- * now, or still valid through its overlap.
- */
+/** A rotation's two records: the old one revoked now, or valid through its overlap. */
 export function rotation(
   current: KeyRecord,
   fresh: KeyRecord,

@@ -11,22 +11,15 @@
 import type { StoredInstance } from "./backend.ts";
 import type { InstanceInfo, InstanceRecord } from "./types.ts";
 
-/**
- * How long a server's lease lasts unless set, and the longest any counts as
- * (lib/auth/lease.ts): a change waits at most this for a paused server.
- */
+/** A lease's length unless set, and the longest one counts as: a change's longest wait. */
 export const LEASE_MS = 3000;
 
-/**
- * Added to a lease before a registration seen unchanged counts as lapsed:
- * monotonic clocks of two processes agree on a duration within far less.
- */
+/** Added to a lease before it counts as lapsed: two processes' monotonic clocks agree closer. */
 export const LEASE_MARGIN_MS = 50;
 
 /**
- * The lease a registration claims, as far as it can be true: no server takes
- * one longer than LEASE_MS (lib/auth/lease.ts refuses it), so a longer or
- * absurd claim, from a buggy or hostile writer, cannot hold every change up.
+ * The lease a registration claims, capped at LEASE_MS (as lib/auth/lease.ts
+ * caps it), so no claim holds every change up.
  */
 export function leaseOf(instance: Pick<InstanceRecord, "leaseMs">): number {
   const claimed = instance.leaseMs;

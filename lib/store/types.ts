@@ -53,10 +53,7 @@ export interface KeyRecord {
   expiresAt: string | null;
   /** On a rotated key: the id of its replacement (in an overlap, or revoked). */
   replacedBy: number | null;
-  /**
-   * On a replacement that retires its predecessor at its first use: the id
-   * of the key revoked when this one first authenticates. Null once done.
-   */
+  /** On a replacement: the key revoked when this one first authenticates; null once done. */
   retires: number | null;
   /** On a key made by a rotation: the id of the key it replaced. */
   rotatedFrom: number | null;
@@ -67,25 +64,15 @@ export interface KeyRecord {
    * accepted at most twice its limit in any window.
    */
   rateCounter: number | null;
-  /**
-   * The client networks (canonical CIDR ranges) the key may be used from;
-   * null: from anywhere. Part of the record, so a cached record carries it.
-   */
+  /** Canonical CIDR ranges the key may be used from; null: anywhere. Cached with the record. */
   allowFrom: string[] | null;
-  /**
-   * How many requests the key may make in a window, across every server;
-   * null: no limit. Part of the record, so a cached record carries it.
-   */
+  /** Requests allowed per window across every server; null: no limit. Cached with the record. */
   rateLimit: RateLimit | null;
-  /**
-   * The last networks the key authenticated from, oldest first seen first.
-   * Written apart from the record; filled in by `get()` and `list()` only.
-   */
+  /** Last networks it authenticated from, oldest first; kept apart, filled by `get()`/`list()`. */
   networks: NetworkUse[];
   /**
-   * The last uses refused because the client was outside `allowFrom`,
-   * oldest first. Written apart from the record; filled in by `get()` and
-   * `list()` only.
+   * Refused uses (client outside `allowFrom`), oldest first; kept apart,
+   * filled by `get()`/`list()`.
    */
   refusedUses: RefusedUse[];
 }
@@ -145,20 +132,14 @@ export interface RevokeOptions extends ChangeOptions {
 }
 
 export interface RotateOptions extends ChangeOptions {
-  /**
-   * Keep the old key valid until this time (ISO 8601) instead of revoking
-   * it now; it is then revoked as its replacement's `replacedBy`.
-   */
+  /** Keep the old key valid until this ISO time, then revoke it, instead of now. */
   overlapUntil?: string;
   /** With `overlapUntil`: also retire the old key at the new one's first use. */
   untilFirstUse?: boolean;
 }
 
 export interface RetireOptions extends ChangeOptions {
-  /**
-   * `deadline`: revoke key `id` if its `expiresAt` has passed. `first_use`:
-   * key `id` has authenticated, so revoke the key its `retires` names.
-   */
+  /** `deadline`: `id` expired. `first_use`: `id` authenticated, so revoke the key it `retires`. */
   cause: "deadline" | "first_use";
 }
 
@@ -233,15 +214,9 @@ export interface KeyChanges {
  */
 export interface InstanceRegistry {
   registerInstance(info: InstanceInfo): Promise<string>;
-  /**
-   * Rewrites a registration (a new `acked`) if it is still at `version`;
-   * returns the new version, or null when it was removed or changed.
-   */
+  /** Rewrites a registration still at `version`; its new version, or null when changed or gone. */
   renewInstance(info: InstanceInfo, version: string): Promise<string | null>;
-  /**
-   * The store's revision and this registration's version (null: gone),
-   * in one consistent read.
-   */
+  /** The revision and this registration's version (null: gone), in one consistent read. */
   pollInstance(
     id: string,
   ): Promise<{ revision: bigint; version: string | null }>;
@@ -255,9 +230,8 @@ export interface InstanceRegistry {
    */
   changesSince(revision: bigint): Promise<KeyChanges>;
   /**
-   * Calls `listener` soon after any change, when the store can push (the
-   * PostgreSQL store listens); a hint only, as a notice may be lost.
-   * Returns the function that stops listening.
+   * When the store can push (PostgreSQL): calls `listener` soon after any
+   * change, a hint only (notices may be lost); returns the stopper.
    */
   onChange?(listener: () => void): Promise<() => Promise<void>>;
 }
@@ -276,10 +250,7 @@ export interface KeyStore extends InstanceRegistry {
   getByName(name: string): Promise<KeyRecord | null>;
   /** Records in id order, streamed; valid ones only unless `includeRevoked`. */
   list(options?: { includeRevoked?: boolean }): AsyncIterable<KeyRecord>;
-  /**
-   * The ids of valid keys whose deadline is at or before `now`, read from an
-   * index: the cost follows how many are due, not how many keys there are.
-   */
+  /** Ids of valid keys due at `now`, from an index: costs what is due, not the key count. */
   dueKeys(now: Date): AsyncIterable<number>;
   /** The valid keys in a rotation's overlap whose replacement is key `id`. */
   predecessors(id: number): AsyncIterable<KeyRecord>;
@@ -301,10 +272,7 @@ export interface KeyStore extends InstanceRegistry {
   retire(id: number, options: RetireOptions): Promise<RevokeResult>;
   /** The audit log, oldest first, streamed. */
   audit(options?: { keyId?: number }): AsyncIterable<AuditEntry>;
-  /**
-   * The sequence number of the last change. Any change to any record moves
-   * it, so a cache that saw revision R is current while the store is still at R.
-   */
+  /** The last change's number; any change moves it, so a cache at R is current while it is R. */
   revision(): Promise<bigint>;
   /**
    * `findByHash()` together with the revision the record was read at, in one
@@ -318,27 +286,17 @@ export interface KeyStore extends InstanceRegistry {
   ): Promise<
     { record: KeyRecord | null; revision: bigint; authRevision: bigint }
   >;
-  /**
-   * Marks a key as exposed in a URL; only the first exposure is recorded (and
-   * audited). Returns true when this call marked it. The key stays valid.
-   */
+  /** Marks a key exposed in a URL, first exposure only (audited); true if this call did. */
   markExposed(id: number, options: ExposeOptions): Promise<boolean>;
   /** Records when keys were last used. Best effort: no audit line, no revision. */
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
-  /**
-   * Sets (or with null clears) where a key may be used from: an audited
-   * change that moves the revision. `changed` is false when it was so already.
-   */
+  /** Sets (null: clears) where a key may be used from, audited; `changed` false if so already. */
   setAllowFrom(
     id: number,
     allowFrom: string[] | null,
     options: ChangeOptions,
   ): Promise<{ record: KeyRecord; changed: boolean }>;
-  /**
-   * Sets (or with null lifts) a key's rate limit: an audited change that
-   * alters authentication, so it returns once every server has dropped the
-   * cached record. `changed` is false when it was so already.
-   */
+  /** Sets (null: lifts) a rate limit, audited; returns once every server dropped the cached record. */
   setRateLimit(
     id: number,
     rateLimit: RateLimit | null,
@@ -353,19 +311,13 @@ export interface KeyStore extends InstanceRegistry {
   recordNetworkUses(
     uses: Iterable<{ id: number; network: string; at: Date }>,
   ): Promise<{ id: number; network: string }[]>;
-  /**
-   * Appends refused uses to each key's bounded list, written apart from the
-   * record: no audit line, no revision. Best effort, like `recordLastUsed`.
-   */
+  /** Appends refused uses to each key's bounded list: no audit line, no revision, best effort. */
   recordRefusedUses(
     uses: Iterable<{ id: number; address: string; at: Date }>,
   ): Promise<void>;
   /** Every key record (hashes, never keys) and audit line, for a backup. */
   exportAll(): AsyncIterable<ExportItem>;
-  /**
-   * Restores an export into an empty store, then audits the import. Refuses
-   * a store that is not empty, and leaves nothing half-written on failure.
-   */
+  /** Restores an export into an empty store (refusing any other), audited; all or nothing. */
   importAll(
     items: AsyncIterable<ExportItem>,
     options: ChangeOptions,
@@ -387,9 +339,8 @@ export interface KeyStore extends InstanceRegistry {
    */
   importRevision(): Promise<bigint>;
   /**
-   * Ends an import that is unfinished (interrupted, or still running in
-   * another process, which then fails): empties the store as it was before
-   * the import. Returns false when no import was unfinished.
+   * Ends an unfinished import (interrupted, or running elsewhere, which then
+   * fails), emptying the store; false when none was.
    */
   abortImport(options: ChangeOptions): Promise<boolean>;
   close(): Promise<void>;

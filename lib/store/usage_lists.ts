@@ -119,10 +119,7 @@ function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-/**
- * Each key's latest use, one per id in id order (so that writers lock in
- * one order), ids no key can have left out.
- */
+/** Each key's latest use, in id order (so writers lock in one order), impossible ids dropped. */
 export function latestUses(
   uses: Iterable<{ id: number; at: Date }>,
 ): { id: number; at: Date }[] {

@@ -33,9 +33,8 @@ import {
 } from "./_keys.ts";
 
 /**
- * Makes one change on `entries`: `work` runs on a draft whose reads become the
- * commit's checks, together with the revision's, so a change decides on
- * data that still holds when it commits, or runs again.
+ * Makes one change on `entries`: the draft's reads and the revision become
+ * the commit's checks, or `work` runs again.
  */
 export async function changeIn<T, A extends Alters>(
   kv: Entries,
@@ -87,10 +86,7 @@ export async function changeIn<T, A extends Alters>(
   }
 }
 
-/**
- * A draft on `entries`: its reads each remembered as a check of its entry,
- * and its writes turned into mutations.
- */
+/** A draft on `entries`: each read becomes a check, each write a mutation. */
 class _Draft<A extends Alters> extends ChangeDraft<A> {
   #kv: Entries;
   #op: Check[] = [];
@@ -147,8 +143,12 @@ class _Draft<A extends Alters> extends ChangeDraft<A> {
       }
       const record = write.record;
       putRecord(op, record);
-      const key = nameEntry(record);
-      if (key === null) continue;
+      let key: EntryKey;
+      try {
+        key = keyByName(record.name);
+      } catch {
+        continue; // A name no entry can hold (an imported revoked key's).
+      }
       const slot = JSON.stringify(key);
       if (holdsName(record)) {
         names.set(slot, { key, id: record.id });
@@ -174,14 +174,5 @@ class _Draft<A extends Alters> extends ChangeDraft<A> {
       this.#op.push(entry);
     }
     return entry;
-  }
-}
-
-/** A record's name entry; null for a name no entry can hold (an imported revoked key's). */
-function nameEntry(record: KeyRecord): EntryKey | null {
-  try {
-    return keyByName(record.name);
-  } catch {
-    return null;
   }
 }

@@ -59,10 +59,7 @@ interface ImportMarker {
   actor: string;
 }
 
-/**
- * What survives a wipe, so that revisions only ever grow, and so that the
- * servers' registrations, which an import waits on, stay.
- */
+/** What a wipe keeps: the revisions, which only grow, and the servers' registrations. */
 const META_KEYS = new Set<KeyPart>([
   REVISION[0],
   AUTH_REVISION[0],
@@ -73,9 +70,8 @@ const META_KEYS = new Set<KeyPart>([
 ]);
 
 /**
- * Budgets of one atomic operation during an import or a wipe, about half of
- * KV's limits (1000 mutations, 800 KiB in all, 80 KiB of keys), counted in
- * bytes so that long texts cannot push a batch over them.
+ * Budgets of one atomic batch, about half KV's limits (1000 mutations, 800
+ * KiB, 80 KiB of keys), in bytes so long texts can't overflow.
  */
 const BATCH_LIMITS = { mutations: 500, bytes: 400 * 1024, keyBytes: 40 * 1024 };
 
@@ -88,10 +84,7 @@ const ABORT: ChangeKind<"authentication"> = {
   alters: "authentication",
 };
 
-/**
- * Restores checked `items` into the empty store `kv` under a new marker,
- * then publishes them or wipes them again; see the module's comment.
- */
+/** Restores checked `items` into the empty store under a new marker; see the module. */
 export async function importIn(
   kv: Entries,
   items: AsyncIterable<ExportItem>,
@@ -142,10 +135,7 @@ export async function importIn(
   }
 }
 
-/**
- * Ends an unfinished import, emptying the store: a new marker first, then
- * the wipe. False, at the store's revision, when there was none.
- */
+/** Ends an unfinished import: a new marker, then the wipe. False when there was none. */
 export async function abortIn(
   kv: Entries,
   options: ChangeOptions,
@@ -296,10 +286,7 @@ function newMarker(
   };
 }
 
-/**
- * One import's or wipe's writes, committed in atomic operations kept under
- * KV's limits, each checking that the import marker is still `guard`.
- */
+/** An import's or wipe's writes, in atomic batches within KV's limits, guarded by marker. */
 class _Batch {
   #kv: Entries;
   #guard: Check;

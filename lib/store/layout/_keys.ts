@@ -50,9 +50,8 @@ export const IMPORTING = ["importing"] as const;
 export const IMPORT_REVISION = ["import_revision"] as const;
 export const instanceKey = (id: string): EntryKey => ["instances", id];
 /**
- * A valid key's deadline and a key in an overlap under its replacement. An
- * entry may outlive what it says (a key revoked or rotated since): readers
- * check the record and delete the stale entry.
+ * Deadline and overlap indexes. An entry may outlive what it says: readers
+ * check the record and delete it.
  */
 export const dueKey = (ms: number, id: number): EntryKey => ["due", ms, id];
 export const replacedByKey = (
@@ -114,9 +113,8 @@ export function counted(entry: Entry<Deno.KvU64>): bigint {
 }
 
 /**
- * Tells other processes that a change committed. Only a hint: a server
- * that misses it finds the change at its next poll, so a notice that
- * cannot be sent must not turn a committed change into a reported failure.
+ * Tells other processes a change committed. Only a hint (servers also poll),
+ * so a failed notice never fails a committed change.
  */
 export async function hintChange(kv: Entries): Promise<void> {
   try {

@@ -107,9 +107,8 @@ export function decodeKey(bytes: Uint8Array): EntryKey {
 }
 
 /**
- * The bytes bounding every key strictly longer than `prefix` that starts
- * with it, as Deno KV's prefix lists them: above the prefix's own bytes
- * and below them followed by 0xff, which no part's tag is.
+ * Bytes bounding every key strictly longer than `prefix` that starts with it:
+ * its bytes, and them plus 0xff (no tag).
  */
 export function prefixBounds(
   prefix: EntryKey,

@@ -16,10 +16,7 @@ export interface PostgresStoreOptions {
   maxConnections?: number;
   /** Seconds to wait for a new connection; 3 unless set. */
   connectTimeoutSeconds?: number;
-  /**
-   * Milliseconds a request-path read (`findByHash`, `findByHashAt`,
-   * `revision`) may take before it fails as unavailable; 2000 unless set.
-   */
+  /** Milliseconds a request-path read may take before it fails as unavailable; 2000. */
   readTimeoutMs?: number;
   /** Milliseconds any other call may take before it fails as unavailable; 15000 unless set. */
   timeoutMs?: number;
@@ -31,10 +28,7 @@ export type Sql = postgres.Sql;
 
 export type Tx = postgres.TransactionSql;
 
-/**
- * How long a transaction given up on may take to end once cancelled: the
- * cancel request and the rollback are two round trips.
- */
+/** How long a cancelled transaction may take to end: cancel and rollback, two round trips. */
 const CANCEL_GRACE_MS = 2000;
 
 /** A statement asked for after its transaction was given up on: never sent. */
@@ -115,10 +109,7 @@ export class Pool {
     this.#timeoutMs = callTimeoutMs(options);
   }
 
-  /**
-   * A request-path read: any failure, or no answer within the read timeout,
-   * is an outage, never "no such key".
-   */
+  /** A request-path read: any failure or timeout is an outage, never "no such key". */
   async read<T>(query: () => Promise<T>): Promise<T> {
     if (this.#pendingReads >= MAX_PENDING_READS) {
       throw new StoreUnavailableError(
@@ -302,10 +293,7 @@ interface Target {
   address: string;
 }
 
-/**
- * The sentences for a database that cannot be opened, by the server's error
- * code (PostgreSQL's SQLSTATE) or the socket's: what is wrong, and the fix.
- */
+/** What is wrong and the fix, by SQLSTATE or socket code, for a database that won't open. */
 const OPEN_FAILURES: Record<string, (target: Target) => string> = {
   // invalid_authorization_specification: no such role, or pg_hba.conf.
   "28000": ({ user }) =>

@@ -225,9 +225,8 @@ class _PostgresAtomic implements Atomic {
 }
 
 /**
- * The bytes a list runs over. A selector Deno KV refuses is refused alike,
- * so that a layout's mistake fails on both backends: a start outside the
- * prefix would otherwise list keys outside it.
+ * The bytes a list runs over. A selector Deno KV refuses is refused alike (a
+ * start outside the prefix), so layout mistakes fail on both.
  */
 function range(
   selector: Selector,
@@ -252,9 +251,8 @@ function range(
 }
 
 /**
- * A value as stored: `{"v": …}` for JSON data, `{"u64": "…"}` for a
- * counter, so that no value can pass for the other. Anything JSON would
- * change or drop is refused at once rather than stored altered.
+ * A value as stored: `{"v": …}`, or `{"u64": "…"}` for a counter, never
+ * confused. What JSON would alter or drop is refused.
  */
 function toJson(value: unknown): string {
   if (value instanceof Deno.KvU64) {

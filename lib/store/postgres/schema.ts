@@ -28,10 +28,7 @@ import {
   type Sql,
 } from "./connection.ts";
 
-/**
- * The database holds a schema newer than this code knows. The message names
- * the operator's fix, as the server and the console both print it.
- */
+/** The database's schema is newer than this code; the message names the operator's fix. */
 export class SchemaVersionError extends StoreOpenError {
   override name = "SchemaVersionError";
 
@@ -58,9 +55,8 @@ const BASELINE = `
 export const SCHEMA_VERSION = 1;
 
 /**
- * Tables whose presence without `store_schema` means a database this code
- * did not make: the baseline's own, and the version table of every layout
- * before 1.0.
+ * Tables that, without `store_schema`, mean a database this code did not make
+ * (its own, or pre-1.0's).
  */
 const FOREIGN_TABLES = ["schema_version", "entries", "entry_versionstamps"];
 
@@ -89,10 +85,7 @@ export async function migrate(
   }
 }
 
-/**
- * Brings the schema of the database behind `sql` up to date in one
- * transaction; the caller bounds the time it may take.
- */
+/** Brings the schema up to date in one transaction; the caller bounds its time. */
 export async function migrateWith(
   sql: Sql,
 ): Promise<{ from: number; to: number }> {

@@ -21,10 +21,8 @@ import { PostgresEntries } from "./entries.ts";
 import { migrateWith } from "./schema.ts";
 
 /**
- * Opens a store on the PostgreSQL database at `url`, bringing its schema up
- * to date first. Throws `StoreOpenError` when the database's schema is
- * newer than this code or its tables are not this code's, and
- * `StoreUnavailableError` when it cannot be reached.
+ * Opens the store at `url`, schema brought up to date first. `StoreOpenError`
+ * for a newer or foreign schema; `StoreUnavailableError` when unreachable.
  */
 export async function openPostgresStore(
   url: string,
