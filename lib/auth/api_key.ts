@@ -42,16 +42,12 @@ export function isWellFormedApiKey(value: string): boolean {
 
 const PREFIXED = /isk_[0-9A-Za-z]{8}/i;
 const BODY_RUN = /[0-9A-Za-z]{36,}/g;
-/**
- * A run of exactly a key's body length, between characters a key has not,
- * and not after the prefix (that is a whole key, which KEY_PATTERN finds).
- */
+/** A key body's length between non-key characters, not after the prefix (KEY_PATTERN's case). */
 const BARE_BODY = /(?<![0-9A-Za-z])(?<!isk_)[0-9A-Za-z]{36}(?![0-9A-Za-z])/g;
 
 /**
- * The keys in `text` written without their prefix (the checksum is public,
- * so the body alone is the key), given back whole. One checksum per run, so
- * a long hostile text costs linear time.
+ * Keys written without their prefix (the body alone is the key), given back
+ * whole; one checksum per run, so a long hostile text costs linear time.
  */
 export function unprefixedKeysIn(text: string): string[] {
   const keys: string[] = [];

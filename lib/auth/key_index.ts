@@ -17,7 +17,6 @@ export type IndexSource = Pick<
   "revision" | "importRevision" | "keyHashes"
 >;
 
-/** Options of {@linkcode KeyIndex}. */
 export interface KeyIndexOptions {
   /** After every catch-up. */
   onRefresh?: (info: { rebuilt: boolean; read: number }) => void;

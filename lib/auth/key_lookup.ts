@@ -176,10 +176,8 @@ export class KeyLookup {
   }
 
   /**
-   * Drops key `id`'s record, so that the next request reads it afresh. For a
-   * change this process made whose audit line names another key: a
-   * rotation's link spent at first use is written on the new key, while the
-   * change feed names only the old one.
+   * Drops key `id`'s record, for a change whose audit line names another key:
+   * a link spent at first use is written on the new key, the feed names the old.
    */
   forget(id: number): void {
     // A read under way may predate the change: it must not be cached.

@@ -31,7 +31,6 @@ const POLL_MS = 100;
 /** When the store pushes a notice at every change; the poll makes up lost ones. */
 const POLL_MS_PUSHED = 500;
 
-/** Options of {@linkcode Lease}. */
 export interface LeaseOptions {
   /** At most {@linkcode LEASE_MS}: a change waits at most that long. */
   leaseMs?: number;
@@ -84,10 +83,7 @@ export class Lease {
     this.#sync = new Coalesced(() => this.#read());
   }
 
-  /**
-   * Registers `apply`, called with every batch of changes before they count
-   * as applied: it must drop what they invalidate before it resolves.
-   */
+  /** `apply` gets each batch before it counts as applied, and must drop what it invalidates first. */
   subscribe(apply: ApplyChanges): void {
     this.#subscribers.push(apply);
   }

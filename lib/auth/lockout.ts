@@ -1,10 +1,9 @@
 /**
  * Lock-out of clients that keep failing authentication (spec section 7),
- * counted over the current fixed window and the whole previous one, at
- * three levels: an
- * address (IPv6 per /64), its network (/24, IPv6 /48), and everywhere, past
- * which an address is locked at its first failure (each attacking address
- * buys one guess; nobody is refused for the global rate alone).
+ * counted over the current fixed window and the whole previous one, at three
+ * levels: an address (IPv6 per /64), its network (/24, IPv6 /48), and
+ * everywhere, past which an address is locked at its first failure (each
+ * attacking address buys one guess; none is refused for the global rate alone).
  *
  * Counts and locks live in fixed-size tables of hashed cells (count-min
  * sketches), never in a table that forgets its oldest entry, which an
@@ -19,7 +18,6 @@
 
 import { networkKey } from "../net/client_address.ts";
 
-/** Options of {@linkcode LockoutTracker}. */
 export interface LockoutOptions {
   /** From one address within the window. */
   maxFailures: number;
@@ -120,7 +118,7 @@ class CountSketch {
     return this.#current.byteLength + this.#previous.byteLength;
   }
 
-  /** Returns the key's estimate in the last window. */
+  /** The key's estimate in the last window. */
   add(key: string, now: number, windowMs: number): number {
     this.#roll(now, windowMs);
     const at = this.#cells.of(key);
@@ -161,11 +159,7 @@ class CountSketch {
   }
 }
 
-/**
- * "Locked until" per key: a lock raises the key's cells to its end, and a
- * key is locked until the earliest of its cells, so a lock is never lost,
- * only possibly shared by a key on the same cells in every row.
- */
+/** "Locked until" per key, the earliest of its cells: a lock is never lost, at worst shared. */
 class LockSketch {
   readonly #cells: Cells;
   readonly #until: Float64Array;

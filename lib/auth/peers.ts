@@ -19,7 +19,6 @@ import type { InstanceRecord, InstanceRegistry } from "../store/types.ts";
 
 const PEERS_POLL_MS = 1000;
 
-/** Options of {@linkcode Peers}. */
 export interface PeersOptions {
   /** The lease's registration id. */
   self: () => string | null;
@@ -31,9 +30,8 @@ export interface PeersOptions {
 }
 
 /**
- * The integer share of rank `rank` among `count` servers: all add up to the
- * limit and differ by at most one; the extra ones turn with `keyId`, so no
- * server holds every key's remainder.
+ * Rank `rank`'s integer share: shares sum to the limit and differ by at most
+ * one; the extras turn with `keyId`, so no server holds every remainder.
  */
 export function shareOf(
   limit: Pick<RateLimit, "count">,

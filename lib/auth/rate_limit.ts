@@ -35,7 +35,6 @@ export interface RateDecision {
   retryAfterSeconds: number;
 }
 
-/** Options of {@linkcode RateLimiter}. */
 export interface RateLimiterOptions {
   /** Monotonic milliseconds. */
   now?: () => number;
@@ -63,11 +62,7 @@ const UNITS: Record<string, number> = {
   day: 86_400,
 };
 
-/**
- * Reads `600/min`, `100/10s`, `50000/day`…; `none` is null. Throws
- * {@linkcode RateSyntaxError} for anything else, so that a typo is never
- * read as "no limit".
- */
+/** `600/min`, `100/10s`, `50000/day`…; `none` is null; else throws, so a typo is never "no limit". */
 export function parseRate(text: string): RateLimit | null {
   const trimmed = text.trim().toLowerCase();
   if (trimmed === "none") return null;
@@ -161,9 +156,8 @@ export class RateLimiter {
   }
 
   /**
-   * Counts one request if this server's `share` (0 refuses all) has room;
-   * `scale` (the servers sharing it) turns what remains into the
-   * installation's, for the headers.
+   * Counts one request if `share` (0 refuses all) has room; `scale` (the
+   * servers sharing it) makes what remains the installation's, for the headers.
    */
   take(
     keyId: number,

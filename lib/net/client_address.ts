@@ -15,7 +15,6 @@ import {
 
 const IPV4_TEXT = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
 
-/** Options of {@linkcode clientAddress}. */
 export interface ClientAddressOptions {
   /** Empty: the header is ignored and the client is the TCP peer. */
   trustedProxies: readonly Cidr[];
@@ -96,11 +95,7 @@ function _clientAddress(
   return _forwardedClient(hop, forwarded, options) ?? formatIp(hop!);
 }
 
-/**
- * The rightmost `X-Forwarded-For` entry that is not a trusted proxy, read
- * from the right after a trusted hop (`hop`, or a Unix socket's proxy when
- * null); null when the header names no address at all.
- */
+/** The rightmost untrusted `X-Forwarded-For` entry after hop `hop` (null: a socket's proxy); null if none. */
 function _forwardedClient(
   hop: ReturnType<typeof parseIp>,
   forwarded: string | null,

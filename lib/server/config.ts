@@ -44,7 +44,6 @@ export function rangeProblem(text: string): string {
   }`;
 }
 
-/** The server's configuration, parsed and validated. */
 export interface Config {
   port: number;
   hostname: string;
@@ -70,19 +69,14 @@ export class ConfigError extends Error {
   override name = "ConfigError";
 }
 
-/** Reads one variable; undefined when unset. */
 export type EnvReader = (name: string) => string | undefined;
 
-/** Options of {@linkcode readStoreLocation} and {@linkcode readConfig}. */
 export interface ReadOptions {
   /** Asked only to word a conflict: a variable set in `.env` is easily forgotten. */
   envFileNames?: () => ReadonlySet<string>;
 }
 
-/**
- * The names `.env` defines (the tasks load it with `--env-file`); empty when
- * it may not be read: the tasks grant that only when the configuration is wrong.
- */
+/** The names `.env` defines; empty when unreadable (the tasks grant it only for a wrong config). */
 export function envFileNames(
   options: { path?: string } = {},
 ): ReadonlySet<string> {
@@ -125,10 +119,7 @@ export function readStoreLocation(
   return { kind: "kv", path };
 }
 
-/**
- * Says which of the two comes from `.env`: with one in the shell and the
- * other in `.env`, "unset one" alone finds nothing.
- */
+/** Names which comes from `.env`: with one in the shell, "unset one" alone finds nothing. */
 function bothStores(inFile: ReadonlySet<string>): string {
   const both = "DATABASE_URL and DENO_KV_PATH";
   const reason = "as the keys live in one store";

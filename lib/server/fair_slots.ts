@@ -34,10 +34,7 @@ interface _Slot<C> extends Slot<C> {
   group: _Group<C>;
 }
 
-/**
- * The address connections are counted under: the TCP peer, an IPv6 peer by
- * its /64 as the lock-out counts it, since one host typically owns a /64.
- */
+/** The peer connections count under; IPv6 by its /64, one host's usual share, as lock-out does. */
 export function slotAddress(hostname: string): string {
   // A dual-stack listener reports IPv4 peers as ::ffff:a.b.c.d.
   return lockoutKey(hostname.replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, ""));
@@ -53,7 +50,6 @@ export class FairSlots<C> {
   #heaviest = 0;
   #size = 0;
 
-  /** Connections counted. */
   get size(): number {
     return this.#size;
   }
@@ -115,11 +111,7 @@ export class FairSlots<C> {
     return own && _first(own.idle)?.connection;
   }
 
-  /**
-   * The longest-quiet idle connection of the heaviest address that has
-   * one; undefined when none is idle. O(heaviest count), so it is for rare
-   * events (out of descriptors), not for every accept.
-   */
+  /** The heaviest address's longest-quiet idle connection; O(heaviest count): for rare events only. */
   idlest(): C | undefined {
     for (let count = this.#heaviest; count > 0; count--) {
       const group = _first(this.#idleByCount[count]);

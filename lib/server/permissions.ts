@@ -168,10 +168,8 @@ export function folderOf(path: string): string {
 }
 
 /**
- * Deno's flags list values with commas, so a value holding one cannot be
- * granted; and a host Deno's flag parser refuses (`a..b`, `[::1`, `%`) would
- * stop `deno run` itself with a stack trace instead of one line naming the
- * setting.
+ * A comma cannot be granted (Deno's flags list with them), and a host Deno's
+ * parser refuses (`a..b`, `[::1`, `%`) would stop `deno run` with a stack trace.
  */
 function checked(grants: Grant[]): Grant[] {
   for (const grant of grants) {
@@ -246,9 +244,8 @@ export class PermissionsMissingError extends Error {
 }
 
 /**
- * Throws {@linkcode PermissionsMissingError} naming what asks for the grants
- * missing and a command that grants them: `task`, or the whole `deno run`
- * line for a path the task runner cannot pass, or the compile command.
+ * Throws {@linkcode PermissionsMissingError} naming who asks and a command that
+ * grants it: `task`, a `deno run` line for a path tasks cannot pass, or compile.
  */
 export function requireGrants(
   grants: Grant[],

@@ -15,7 +15,6 @@
 
 import { FairSlots, type Slot, slotAddress } from "./fair_slots.ts";
 
-/** The limits applied to every connection. */
 export interface ConnectionLimits {
   /** For a new connection's first complete request head. */
   headerTimeoutMs: number;
@@ -44,7 +43,6 @@ export interface ServeEvent {
   [field: string]: unknown;
 }
 
-/** Where and how to listen. */
 export interface ServeOptions {
   hostname: string;
   port: number;
@@ -125,10 +123,7 @@ class _Connection {
   }
 }
 
-/**
- * Aborts a connection's controller, surviving the BadResource that Deno's
- * own abort listener throws when the peer's close got there first.
- */
+/** Aborts, surviving the BadResource Deno's abort listener throws when the peer closed first. */
 export function abortConnection(controller: AbortController): void {
   _installCloseGuard();
   _closing++;
@@ -139,12 +134,8 @@ export function abortConnection(controller: AbortController): void {
   }
 }
 
-/**
- * Aborting a connection whose peer has just gone races Deno's cleanup: its
- * abort listener throws BadResource from inside `abort()`, reported as
- * uncaught, which ends the process. That one error, during one of our
- * closes, is harmless and kept from ending it; every other is left alone.
- */
+// Deno reports that BadResource as uncaught, which ends the process: only it,
+// during one of our closes, is kept from doing so; every other is left alone.
 let _closing = 0;
 let _closeGuardInstalled = false;
 
@@ -158,11 +149,7 @@ function _installCloseGuard(): void {
   });
 }
 
-/**
- * Serves `handler` under {@linkcode ConnectionLimits}. It never stops on its
- * own: an accept error closes idle connections, heaviest address first, and
- * retries after a pause that grows while errors repeat.
- */
+/** Never stops on its own: an accept error sheds idle connections and retries after a growing pause. */
 export function serveGuarded(
   handler: ServeHandler,
   options: ServeOptions,

@@ -64,11 +64,7 @@ export async function serveOnSocket(
   };
 }
 
-/**
- * Removes a socket left by a server that is gone; refuses a live socket or
- * anything else, as removing it would take that server off the proxy or
- * delete the operator's file.
- */
+/** Removes a gone server's socket; never a live one (off the proxy) or another file (the operator's). */
 async function _removeStaleSocket(path: string): Promise<void> {
   let info: Deno.FileInfo;
   try {

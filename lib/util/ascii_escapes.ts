@@ -12,9 +12,8 @@ const MAX_LAYERS = 8;
 const ASCII_ESCAPE = /%([0-7][0-9A-Fa-f])/g;
 
 /**
- * `text` with every ASCII `%XX` decoded, layer after layer. Past
- * {@linkcode MAX_LAYERS} it stops, so a path escaped thousands of times over
- * costs no more than eight passes; {@linkcode stillEscaped} tells the caller.
+ * Every ASCII `%XX` decoded, layer after layer, at most {@linkcode MAX_LAYERS}
+ * deep, so a path escaped thousands of times costs eight passes at most.
  */
 export function decodeAsciiEscapes(text: string): string {
   let out = text;

@@ -19,16 +19,11 @@ export class BackgroundWrites {
     return work;
   }
 
-  /** How many writes are in flight. */
   get size(): number {
     return this.#pending.size;
   }
 
-  /**
-   * Resolves once every write tracked so far, and any they started
-   * meanwhile, has settled. It never rejects: a failed write was reported
-   * where it was made.
-   */
+  /** Once every write tracked, and any they started, has settled; never rejects (failures were reported). */
   async settled(): Promise<void> {
     while (this.#pending.size > 0) {
       await Promise.all(this.#pending);

@@ -12,10 +12,8 @@ export class Shared<K, T> {
   #pending = new Map<K, { tag: number; work: Promise<T> }>();
 
   /**
-   * The work under way for `key` when it began at the caller's `tag` (0
-   * unless given), or else new work from `start`, which later callers with
-   * that tag share until it settles. A caller whose tag moved since (a
-   * change was applied) must not get work that may predate it.
+   * The work for `key` begun at `tag` (default 0), else new work: a caller
+   * whose tag moved (a change applied) must not get work that may predate it.
    */
   share(
     key: K,
@@ -36,11 +34,7 @@ export class Shared<K, T> {
   }
 }
 
-/**
- * Shares one read among every caller that asked before it started. A caller
- * never joins a read in flight, which may miss a change made just before it
- * asked: it waits for the next, which starts when the current one ends.
- */
+/** One read shared by callers who asked before it started; one in flight may predate their change. */
 export class Coalesced<T> {
   #read: () => Promise<T>;
   #reads = new Shared<number, T>();

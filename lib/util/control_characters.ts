@@ -18,10 +18,7 @@ export function hasControlCharacters(text: string): boolean {
   return CONTROL.test(text);
 }
 
-/**
- * Text with every character of the set replaced by its `\uXXXX` escape:
- * safe to print at a terminal, and still exact JSON when the text was JSON.
- */
+/** Every character of the set as `\uXXXX`: safe at a terminal, still exact JSON if it was. */
 export function escapeControlCharacters(text: string): string {
   return text.replace(
     CONTROLS,

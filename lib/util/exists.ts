@@ -1,9 +1,4 @@
-/**
- * Whether a path exists, a link counted as itself: for code that must tell
- * "nothing there" from any other failure, which it lets through.
- */
-
-/** True when `path` names anything, false when nothing is there. */
+/** Whether `path` exists, a link counted as itself; any failure but NotFound goes through. */
 export async function pathExists(path: string): Promise<boolean> {
   try {
     await Deno.lstat(path);

@@ -1,9 +1,4 @@
-/**
- * Writes that finish: `write()` may take only part of the bytes, so every
- * caller that must get all of them out loops on what was taken.
- */
-
-/** Writes all of `text` to `target`. */
+/** Writes all of `text`: `write()` may take only part of the bytes. */
 export async function writeAll(
   target: { write(bytes: Uint8Array): Promise<number> },
   text: string | Uint8Array,
