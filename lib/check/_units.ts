@@ -17,10 +17,7 @@ export function plain(value: number): string {
   });
 }
 
-/**
- * Seconds to the microsecond, the finest the check measures: a float
- * difference such as 0.045105131000000014 is reported as 0.045105.
- */
+/** Seconds to the microsecond, the finest measured: 0.045105131000000014 is 0.045105. */
 export function microseconds(seconds: number): number {
   return Math.round(seconds * 1e6) / 1e6;
 }

@@ -1,6 +1,5 @@
 /**
- * The HTTP call: one GET of the connection route with the key in its header,
- * timed for the clock offset, and every network failure told apart.
+ * The HTTP call: one timed GET with the key in its header; network failures told apart.
  *
  * @module
  */
@@ -152,10 +151,7 @@ function networkFailure(
   );
 }
 
-/**
- * The innermost useful message of a fetch error, without the URL Deno
- * prefixes, made safe for a terminal and a one-line alert.
- */
+/** A fetch error's innermost message, without Deno's URL prefix, safe for a terminal and alert. */
 function causeText(error: unknown): string {
   const cause = error instanceof Error && error.cause instanceof Error
     ? error.cause

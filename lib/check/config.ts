@@ -173,10 +173,7 @@ function isLoopback(hostname: string): boolean {
     /^127\.\d+\.\d+\.\d+$/.test(hostname);
 }
 
-/**
- * The key as far as it can be read, for scrubbing it from the output; empty
- * when it cannot be read at all.
- */
+/** The key as far as it can be read, to scrub it from the output; empty when unreadable. */
 export function readKeyQuietly(env: EnvReader): string {
   try {
     return (env(CHECK_ENV.apiKey) ?? "").trim();
@@ -187,10 +184,8 @@ export function readKeyQuietly(env: EnvReader): string {
 }
 
 /**
- * Reads the process environment, where a variable the check may not read is
- * a configuration error naming the task to run; unlike the server's reader
- * in `lib/server/config.ts`, which treats it as unset, since here a missing
- * permission would otherwise read as a missing key.
+ * A variable the check may not read is a configuration error naming the task,
+ * not unset as in lib/server/config.ts: else it would read as a missing key.
  */
 export function strictProcessEnv(name: string): string | undefined {
   try {

@@ -13,9 +13,8 @@ import { milliseconds, plain, signed } from "./_units.ts";
 import { describeBudget, LOW_BUDGET_SHARE } from "./rate_budget.ts";
 
 /**
- * The first line: the state, the summary and, where measured, performance
- * data. Text the server sent (an e-mail, an error) is part of the summary,
- * so control and bidirectional characters are shown as `\uXXXX` escapes.
+ * The first line: state, summary and any performance data. Server text in the
+ * summary gets control and bidirectional characters as `\uXXXX` escapes.
  */
 export function formatFirstLine(outcome: CheckOutcome): string {
   const perf: string[] = [];
@@ -107,11 +106,9 @@ export function formatOutcome(
 const MIN_SECRET_LENGTH = 8;
 
 /**
- * Every string of the outcome that holds the key in any spelling a server
- * could send it back in (percent-encoded, split by invisible or control
- * characters) is withheld whole, and an exact copy is shown as `[redacted]`:
- * a reflecting server already has the key, but monitoring output and alert
- * history must not. The check's only guard (see check.ts).
+ * Any string holding the key in a spelling a server could echo (percent-encoded,
+ * split by invisible or control characters) is withheld whole, an exact copy
+ * shown as `[redacted]`: alert history must not hold it. The check's only guard.
  */
 export function withholdKey<T>(value: T, secret: string): T {
   if (secret.length < MIN_SECRET_LENGTH) return value;

@@ -1,6 +1,5 @@
 /**
- * Judging an answer: a 200 by the connection status it carries and the clock
- * offset it shows, any other status by what it means for the integrator.
+ * Judges a 200 by its status and clock offset, others by what they mean to the integrator.
  *
  * @module
  */
@@ -21,9 +20,8 @@ import {
 } from "./_units.ts";
 
 /**
- * A 200's body: OK, a WARNING when the clock offset (against the midpoint of
- * the request on this machine's clock) is above the threshold, or UNKNOWN
- * when the body is not a connection status.
+ * A 200's body: OK, WARNING when the clock offset (against the request's
+ * midpoint here) passes the threshold, UNKNOWN when not a connection status.
  */
 export function judgeStatus(
   answered: CheckOutcome,
@@ -90,10 +88,7 @@ export function judgeStatus(
   };
 }
 
-/**
- * When the key expires within the warning's days, by the server's clock:
- * "at TIME (in N days)"; null when it does not, or has no expiry.
- */
+/** "at TIME (in N days)" when the key expires within the warning (server clock); else null. */
 function expiryWarning(
   status: ConnectionStatus,
   clock: { expiryWarningDays?: number },
@@ -119,9 +114,8 @@ export type ConnectionStatus = Pick<
 >;
 
 /**
- * The fields the check relies on, or why the body is not a connection status:
- * the first field that breaks the route's own schema. Fields added in later
- * versions are ignored, so the check keeps working.
+ * The fields the check relies on, or the first that breaks the route's schema;
+ * fields added later are ignored, so the check keeps working.
  */
 export function parseConnectionStatus(body: string): ConnectionStatus | string {
   let value: unknown;

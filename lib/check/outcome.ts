@@ -1,6 +1,5 @@
 /**
- * What one run of the check found, and the monitoring-plugin states it maps
- * to: the shape of both the text output and `--json`.
+ * One run's findings and their monitoring-plugin states: the text and `--json` shape.
  *
  * @module
  */

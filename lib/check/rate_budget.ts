@@ -1,7 +1,6 @@
 /**
- * The key's rate limit as the answer's `RateLimit-Policy` and `RateLimit`
- * fields report it (lib/http/rate_limit_headers.ts writes them), and when
- * what remains is low enough to warn about.
+ * The key's rate limit as `RateLimit-Policy` and `RateLimit` report it
+ * (lib/http/rate_limit_headers.ts writes them), and when it is low enough to warn.
  *
  * @module
  */
@@ -12,10 +11,7 @@ import { state } from "./outcome.ts";
 /** Below this share of the quota left, the check warns. */
 export const LOW_BUDGET_SHARE = 0.1;
 
-/**
- * The budget both fields describe, or null when either is absent or not
- * as the service writes it (a key without a limit, or another server).
- */
+/** The budget both fields describe; null when either is absent or not as the service writes it. */
 export function readRateBudget(headers: Headers): RateBudget | null {
   const policy = /^"key";q=(\d{1,10});w=(\d{1,6})$/.exec(
     headers.get("ratelimit-policy")?.trim() ?? "",
@@ -33,9 +29,8 @@ export function readRateBudget(headers: Headers): RateBudget | null {
 }
 
 /**
- * The outcome with the budget attached; an OK one becomes a WARNING when
- * less than {@linkcode LOW_BUDGET_SHARE} of the quota remains, as the next
- * calls may then meet 429 `rate_limited`.
+ * An OK outcome becomes a WARNING below {@linkcode LOW_BUDGET_SHARE} of the
+ * quota left, as the next calls may then meet 429 `rate_limited`.
  */
 export function withRateBudget(
   outcome: CheckOutcome,

@@ -1,8 +1,6 @@
 /**
- * What a command runs with, taken from the process once per invocation:
- * who is acting, the time, and what kind of terminal (if any) is attached;
- * and the store as the command finds it, with the revocations that keys'
- * lifetimes have already decided written down.
+ * What a command runs with: actor, time and terminal, read once per run, and the
+ * store with the revocations keys' lifetimes already decided written down.
  *
  * @module
  */
@@ -18,10 +16,7 @@ import type { Context } from "./command.ts";
 import type { Output } from "./_output.ts";
 import type { ParsedCommand } from "./_parse.ts";
 
-/**
- * The context of one command run against `store` (named `options.where`),
- * writing to `options.out`.
- */
+/** One command run's context: `store` (named `options.where`), writing to `options.out`. */
 export function commandContext(
   store: KeyStore,
   parsed: ParsedCommand,
@@ -43,10 +38,7 @@ export function commandContext(
   };
 }
 
-/**
- * The terminal's width when stdout is one that reports it; undefined for a
- * pipe or a file, where lines keep their full width for whoever reads them.
- */
+/** The terminal's width; undefined for a pipe or file, whose lines keep full width. */
 function terminalColumns(): number | undefined {
   if (!Deno.stdout.isTerminal()) return undefined;
   try {
@@ -77,9 +69,8 @@ function actor(): string {
 }
 
 /**
- * Revokes every valid key past its deadline, so that names are free again
- * and the audit log says when and why (as "expiry"). Nothing depends on it
- * for safety: the server refuses a key past its deadline either way.
+ * Revokes valid keys past their deadline, freeing names and auditing it as
+ * "expiry". Not for safety: the server refuses such keys either way.
  */
 export async function retireDue(store: KeyStore): Promise<void> {
   try {

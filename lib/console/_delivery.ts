@@ -1,6 +1,5 @@
 /**
- * Handing a new key to the admin: it exists once, on stdout, so stdout must
- * be able to take it, and a failed write must be told apart from success.
+ * Handing a new key over: it exists once, on stdout, so a failed write must show.
  *
  * @module
  */
@@ -20,9 +19,9 @@ export const STORE_WARNING: string = [
 const NULL_DEVICES = new Set([259, 0x3000002]);
 
 /**
- * Refuses to print a key into nothing. A closed stdout looks like success:
- * the runtime reopens it on /dev/null, where every write "succeeds", so
- * `keys rotate … >&-` would revoke the old key and hand the new one to nobody.
+ * Refuses to print a key into nothing: a closed stdout is reopened on /dev/null,
+ * where writes "succeed", so `keys rotate … >&-` would revoke the old key and
+ * hand the new one to nobody.
  */
 export function refuseDiscardingStdout(): void {
   let discards = false;
@@ -49,9 +48,8 @@ export function writeFailure(error: unknown): string {
 }
 
 /**
- * A change's result, and the interruption of its wait for servers if Ctrl-C
- * ended it: the change is made either way, and the new key must go out
- * before the interruption is reported, or its reader would discard it.
+ * A change's result, and its wait's Ctrl-C: the change is made either way, and
+ * the key goes out before the interruption, or its reader would discard it.
  */
 export async function made<T>(
   change: Promise<T>,

@@ -1,6 +1,5 @@
 /**
- * How the admin console presents things to a person at a terminal: times
- * relative to now, and colour only where colour can be seen.
+ * For a person at a terminal: times relative to now, colour only where seen.
  *
  * @module
  */
@@ -20,9 +19,8 @@ const UNITS: [name: string, ms: number][] = [
 ];
 
 /**
- * An ISO time said relative to now: "just now", "3 days ago", or, for a
- * clock that ran ahead, "in 2 minutes". Counts round down, so "1 day ago"
- * is never said of something 23 hours old.
+ * An ISO time relative to now ("just now", "3 days ago", "in 2 minutes"), counts
+ * rounded down: "1 day ago" is never said of something 23 hours old.
  */
 export function relativeTime(
   iso: string,
@@ -43,9 +41,8 @@ export function relativeTime(
 }
 
 /**
- * The most characters {@linkcode relativeTime} takes for a time within
- * 9999 years of now ("59 minutes ago", "9999 years ago"): the width of a
- * column of relative times, which no realistic time overflows.
+ * The widest {@linkcode relativeTime} within 9999 years ("59 minutes ago"):
+ * a column's width, which no realistic time overflows.
  */
 export const RELATIVE_TIME_WIDTH = Math.max(
   ...UNITS.map(([name, ms], i) => {

@@ -1,6 +1,5 @@
 /**
- * The console's help texts, generated from the command table so that they
- * cannot leave out a command or an option.
+ * Help texts generated from the command table, so none can miss a command or option.
  *
  * @module
  */

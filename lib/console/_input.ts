@@ -1,9 +1,7 @@
 /**
- * What the admin typed, checked before the store is touched: the store's
- * rules for names and fields, a key's rate limit (`--rate 600/min`, or the
- * installation's KEY_RATE_LIMIT), its lifetime (`--expires-in`,
- * `--expires-at`, within KEY_MAX_LIFETIME) and the end of a rotation's
- * overlap (`--overlap`).
+ * What the admin typed, checked before the store is touched: names and fields,
+ * `--rate` (or KEY_RATE_LIMIT), `--expires-in`/`--expires-at` within
+ * KEY_MAX_LIFETIME, and `--overlap`.
  *
  * @module
  */
@@ -24,10 +22,7 @@ import { describeStoreError } from "./store_errors.ts";
 import type { Context, OptionSpec } from "./command.ts";
 import { ConsoleError } from "./errors.ts";
 
-/**
- * Input checked by one of the store's rules, or by the rate's parser: a
- * refusal is a usage error (exit 2) naming the option and the fix.
- */
+/** A refusal by a store rule or the rate's parser is a usage error (exit 2) naming the fix. */
 export function checked<T>(normalize: (text: string) => T, text: string): T {
   try {
     return normalize(text);
@@ -92,9 +87,8 @@ export const LIFETIME_OPTIONS = {
 } as const;
 
 /**
- * When a new key expires (ISO 8601), or null for never: what was asked,
- * else KEY_MAX_LIFETIME from now when it is set. A time that is not one, is
- * past, or lies beyond KEY_MAX_LIFETIME is a usage error.
+ * A new key's expiry (ISO 8601) or null: what was asked, else KEY_MAX_LIFETIME
+ * from now if set. Invalid, past or beyond KEY_MAX_LIFETIME is a usage error.
  */
 export function requestedExpiry(
   values: Context["values"],

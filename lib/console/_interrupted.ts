@@ -1,7 +1,6 @@
 /**
- * What the console says when Ctrl-C ends its wait for servers to confirm a
- * change: the change is already in the store, so the message says what it
- * holds and which servers may still answer from before it, and for how long.
+ * What the console says when Ctrl-C ends its wait: the change is in the store,
+ * so it says what that holds and which servers may answer from before, how long.
  *
  * @module
  */

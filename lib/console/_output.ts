@@ -1,6 +1,5 @@
 /**
- * What the console writes: buffered stdout for listings, messages on stderr,
- * and the escaping that keeps stored text from acting on a terminal.
+ * Buffered stdout, messages on stderr, and escaping so stored text cannot act on a terminal.
  *
  * @module
  */
@@ -82,10 +81,7 @@ export class Output {
   }
 }
 
-/**
- * A stored field as the console shows it: control and bidirectional
- * characters, newlines included, as visible `\uXXXX` escapes.
- */
+/** A stored field as shown: control and bidi characters, newlines too, as `\uXXXX`. */
 export function visible(text: string): string {
   return escapeControlCharacters(text);
 }

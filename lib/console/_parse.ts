@@ -1,12 +1,8 @@
 /**
- * The command line: which command, its options and arguments, or a request
- * for help. Every mistake is a {@linkcode ConsoleError} of one line that
- * names the fix: an unknown option, an option given twice, an option whose
- * value is missing (`--name --email …`), a key id no key can have.
- *
- * The console's own parser rather than node:util's parseArgs, which takes
- * the last of a repeated option silently and words a missing value as an
- * "ambiguous argument".
+ * The command line: command, options, arguments or help. Each mistake is a
+ * one-line {@linkcode ConsoleError} naming the fix (unknown, repeated or
+ * valueless option, impossible key id). Not node:util's parseArgs, which takes
+ * a repeated option's last silently and calls a missing value "ambiguous".
  *
  * @module
  */
@@ -167,9 +163,8 @@ export function parse(
 }
 
 /**
- * A KEY of digits is an id: one no key can have is refused before the store
- * is asked, and quoted as typed (Number() would turn twenty digits into
- * 100000000000000000000).
+ * A KEY of digits is an id: an impossible one is refused before the store is
+ * asked, quoted as typed (Number() makes twenty digits 100000000000000000000).
  */
 function checkKeyId(ref: string): void {
   if (!/^\d+$/.test(ref)) return;

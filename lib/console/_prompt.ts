@@ -9,10 +9,9 @@ import { ConsoleError } from "./errors.ts";
 import { safeLines } from "./_output.ts";
 
 /**
- * Asks a yes/no question on stderr (stdout may be captured, as with
- * `NEW=$(keys rotate …)`) when someone is at the terminal; a script is never
- * asked. Anything but y or yes declines: a {@linkcode ConsoleError} with
- * the message `declined`.
+ * A yes/no question on stderr (stdout may be captured) when someone is at the
+ * terminal; a script is never asked. Anything but y or yes throws a
+ * {@linkcode ConsoleError} `declined`.
  */
 export async function confirm(
   text: { question: string; declined: string },

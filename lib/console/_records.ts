@@ -1,6 +1,5 @@
 /**
- * One key record in the console: found by id or name, named in messages,
- * and shown field by field with the colours of its state.
+ * One key record: found by id or name, named in messages, shown with state colours.
  *
  * @module
  */
@@ -38,10 +37,7 @@ const TIME_FIELDS = new Set([
   "expiresAt",
 ]);
 
-/**
- * A record on stdout: one JSON object, or one field a line with times also
- * relative. `extra` adds fields to the JSON object alone (a change's store).
- */
+/** A record on stdout: JSON, or a field a line; `extra` adds JSON-only fields (the store). */
 export function printRecord(
   ctx: Context,
   record: KeyRecord,
@@ -129,10 +125,7 @@ export function named(record: KeyRecord): string {
   return `${record.id} "${visible(record.name)}"`;
 }
 
-/**
- * The pending retirement of a key in a rotation's overlap, as one line:
- * when it stops working and what may end it sooner; null for other keys.
- */
+/** An overlap key's pending retirement as one line (when, what ends it sooner); else null. */
 export async function pendingRetirement(
   store: KeyStore,
   record: KeyRecord,
@@ -146,11 +139,7 @@ export async function pendingRetirement(
   }, replaced by key ${record.replacedBy}`;
 }
 
-/**
- * A console command line to advise, quoted as the console prints advice
- * (`"keys revoke 2"`), each word shell-quoted when it needs to be, so that
- * it can be copied as it stands.
- */
+/** Console advice (`"keys revoke 2"`), each word shell-quoted if needed, to copy as it stands. */
 export function advice(words: string[]): string {
   return `"keys ${words.map(shellWord).join(" ")}"`;
 }
@@ -161,10 +150,8 @@ function shellWord(word: string): string {
 }
 
 /**
- * What to run instead of changing a revoked key, which nothing changes:
- * `verb` on the valid key that carries its name now (its rotation's
- * replacement, or a key created since), or else `create` of a new key, the
- * options in `also` added to either.
+ * What to run instead of changing a revoked key: `verb` on the valid key now
+ * carrying its name, else `create` of a new key; `also` added to either.
  */
 export async function insteadOfRevoked(
   store: KeyStore,
@@ -193,9 +180,8 @@ export async function insteadOfRevoked(
 }
 
 /**
- * The newest key of a rotation's line that starts at `record` (a key in an
- * overlap): its replacement, that one's, and so on. `valid` is false when
- * the line ends in a revoked or missing key, which nothing can rotate.
+ * The newest key of the rotation line from `record` (in an overlap); `valid`
+ * is false when it ends in a revoked or missing key, which nothing can rotate.
  */
 export async function newestOfLine(
   store: KeyStore,

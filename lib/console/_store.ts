@@ -1,9 +1,8 @@
 /**
- * The store a change was made in, as the console names it, and the one
- * warning of a change no running server will see. A change returns only
- * once every registered server confirmed it or lost its lease (the wait
- * removes expired registrations), so a server still listed, renewed and
- * readable (lib/auth/peers.ts's rule) confirmed it or started since.
+ * The store a change was made in, as named, and the one warning of a change no
+ * running server will see. A change returns once every registered server
+ * confirmed it or lost its lease, so a server still listed, renewed and
+ * readable (lib/auth/peers.ts) confirmed it or started since.
  *
  * @module
  */
@@ -28,9 +27,8 @@ export function storeField(
 }
 
 /**
- * Says once, on stderr, that no server uses the changed store: a console and
- * servers on different DENO_KV_PATH or DATABASE_URL otherwise only meet at
- * the integrator's first 401.
+ * Says once on stderr that no server uses the changed store: otherwise a console
+ * and servers on different DENO_KV_PATH/DATABASE_URL meet at the first 401.
  */
 export async function warnWithoutServer(
   ctx: Pick<Context, "store" | "where">,

@@ -1,12 +1,8 @@
 /**
- * Fixed-width text columns, so that a listing of any length can be printed
- * row by row as it streams from the store, without reading it all first.
- * Widths are therefore decided up front, from the headings and the terminal,
- * never from the data.
- *
- * Every cell is shown with control and bidirectional characters escaped: a
- * table shows stored fields, and a stored field must not move the cursor,
- * recolour the screen or reorder a line.
+ * Fixed-width columns, so a listing streams row by row from the store: widths
+ * come from headings and terminal, never the data. Cells escape control and
+ * bidirectional characters, so a stored field cannot move the cursor, recolour
+ * the screen or reorder a line.
  *
  * @module
  */
@@ -30,9 +26,8 @@ export interface Column<T> {
 }
 
 /**
- * How {@linkcode headingLine} and {@linkcode rowLine} decorate a cell's text:
- * after it is cut and before it is padded, so that invisible colour codes
- * never count towards the width.
+ * How {@linkcode headingLine} and {@linkcode rowLine} decorate a cell: after
+ * cutting, before padding, so colour codes never count towards the width.
  */
 type LineOptions<T> = { paint?: (text: string, column: Column<T>) => string };
 
@@ -52,11 +47,9 @@ export function rowLine<T>(
 }
 
 /**
- * Narrows columns to fit a line of `width` characters: first squeezes the
- * columns with the most room to spare towards their `min`, and only when
- * that is not enough leaves out columns by `dropRank`. A line that cannot
- * fit even then keeps the remaining columns at their minimum. Returns the
- * columns kept, at the widths they fit in, and the headings left out.
+ * Fits columns into `width`: squeezes those with most room towards `min`, then
+ * drops by `dropRank`, else keeps the rest at minimum. Returns the columns kept
+ * at their widths, and the headings left out.
  */
 export function fitColumns<T>(
   columns: Column<T>[],

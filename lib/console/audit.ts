@@ -1,7 +1,6 @@
 /**
- * `keys audit`: the audit log, oldest first, of every key or of one
- * installation's key line (the key, the keys it replaced and those that
- * replaced it).
+ * `keys audit`: the audit log, oldest first, of every key or one installation's
+ * key line (the key, those it replaced and those that replaced it).
  *
  * @module
  */

@@ -1,6 +1,5 @@
 /**
- * `keys export` and `keys import`: the console's side of backup and restore;
- * the file format and its checks are in `lib/console/backup/`.
+ * `keys export` and `keys import`, the console's side; the format is in lib/console/backup/.
  *
  * @module
  */

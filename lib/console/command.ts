@@ -1,6 +1,5 @@
 /**
- * What a console command is: its help, its options and arguments, and the
- * function that runs it with everything it may use.
+ * A console command: its help, options, arguments, and the function that runs it.
  *
  * @module
  */

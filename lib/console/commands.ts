@@ -1,6 +1,5 @@
 /**
- * The console's commands, by the name typed after `deno task keys`, in the
- * order `keys --help` lists them. A new command is a file and a line here.
+ * The commands by name, in `keys --help` order. A new command is a file and a line here.
  *
  * @module
  */

@@ -109,9 +109,8 @@ export const create: Command = {
 };
 
 /**
- * The failure of a create whose key could not be written: the key is
- * revoked again, as nobody has it, and the message says what the store
- * holds now.
+ * A create whose key could not be written: the key is revoked again, as nobody
+ * has it, and the message says what the store holds now.
  */
 async function undeliveredCreate(
   store: KeyStore,

@@ -1,7 +1,6 @@
 /**
- * The console's failure, the stable code every failure carries
- * (the `error.code` of `--json`), and the one place that turns any error
- * into the line an admin reads.
+ * The console's failure, its stable code (`--json`'s `error.code`), and the one
+ * place that turns any error into the line an admin reads.
  *
  * @module
  */
@@ -57,9 +56,8 @@ const COMMAND_CODES = [
 export type CommandCode = typeof COMMAND_CODES[number];
 
 /**
- * Every code `--json` may print as `error.code`, documented in
- * docs/console.md: the console's own and the store's (lib/store/errors.ts),
- * plus the few for errors from elsewhere.
+ * Every `--json` `error.code`, documented in docs/console.md: the console's,
+ * the store's (lib/store/errors.ts), and a few for errors from elsewhere.
  */
 export type ConsoleErrorCode =
   | UsageCode
@@ -111,10 +109,9 @@ export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
 ];
 
 /**
- * A failure the console words itself, its message meant for the admin as
- * is. It is a wrong command line (exit code 2) when its code is a usage
- * code or `usage` says so (input a store rule refused before the store was
- * asked), else a command that could not be done (exit code 1).
+ * A failure worded for the admin. A usage error (exit 2) when its code is a
+ * usage code or `usage` says so (a store rule refused input before asking the
+ * store), else a command that could not be done (exit 1).
  */
 export class ConsoleError extends Error {
   override name = "ConsoleError";
@@ -134,9 +131,8 @@ export class ConsoleError extends Error {
 }
 
 /**
- * An error as one line for the admin: the message of errors written for
- * them, a fix for a store outside the task's permissions, and anything else
- * marked as the command's failure.
+ * An error as one line: the message of errors written for the admin, a fix
+ * for a store outside the task's permissions, else marked the command's failure.
  */
 export function failure(error: unknown): string {
   if (

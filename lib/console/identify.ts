@@ -1,8 +1,7 @@
 /**
- * `keys identify`: which key a leaked value is, without the value ever
- * reaching the command line, the screen or the output. The value is read
- * from stdin (hidden at a terminal) or from a FILE; a key-shaped argument is
- * refused before any command runs (lib/console/_parse.ts).
+ * `keys identify`: which key a leaked value is, the value never on the command
+ * line, screen or output: read from stdin (hidden at a terminal) or FILE; a
+ * key-shaped argument is refused before any command runs (_parse.ts).
  *
  * @module
  */

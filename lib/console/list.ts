@@ -1,6 +1,5 @@
 /**
- * `keys list`: every valid key, or every key, as a table that streams from
- * the store, or as one JSON array.
+ * `keys list`: valid or all keys, as a table streamed from the store or one JSON array.
  *
  * @module
  */
@@ -209,10 +208,7 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
   ];
 }
 
-/**
- * Records as the server sees them now: a key past its deadline is revoked,
- * and left out unless revoked keys are listed.
- */
+/** As the server sees them: keys past their deadline are revoked, listed only with revoked ones. */
 async function* asOf(
   records: AsyncIterable<KeyRecord>,
   options: { now: number; all: boolean },

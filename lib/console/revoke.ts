@@ -82,10 +82,7 @@ export const revoke: Command = {
   },
 };
 
-/**
- * The keys still in a rotation's overlap that lead to key `id`: its
- * predecessor, that one's, and so on, newest first.
- */
+/** The overlap keys leading to key `id`: its predecessor, that one's, and so on, newest first. */
 async function stillWorking(
   store: KeyStore,
   id: number,

@@ -1,6 +1,5 @@
 /**
- * `keys rotate`: a key's replacement, generated, delivered and swapped in so
- * that whoever reads stdout never holds a key the store does not.
+ * `keys rotate`: a replacement delivered so stdout never holds a key the store does not.
  *
  * @module
  */
@@ -185,9 +184,8 @@ export const rotate: Command = {
 };
 
 /**
- * The store's rotation, once the new key is on stdout. When the store
- * fails, the key written is not stored unless the store says otherwise, so
- * the message reads back what the store holds.
+ * The store's rotation, once the key is on stdout. On a store failure the key
+ * is not stored unless the store says so, so the message reads back the store.
  */
 async function rotateAfterWrite(
   store: KeyStore,
@@ -268,10 +266,8 @@ function overlapOption(
 }
 
 /**
- * Why a key in a rotation's overlap cannot be rotated again, and what to
- * run instead: rotate the newest key of its line while that one is valid;
- * when it is not, the old key can only be revoked, and the installation
- * given a new key.
+ * Why an overlap key cannot be rotated again and what to run instead: rotate its
+ * line's newest key while valid; else revoke the old one and create a new key.
  */
 async function retiringRefusal(
   store: KeyStore,

@@ -1,6 +1,5 @@
 /**
- * The console's wording of the store's errors: one sentence per error code,
- * naming what is wrong and the fix, from the error's code and fields alone.
+ * The store's errors as the console words them: one sentence per code, with the fix.
  *
  * @module
  */
@@ -146,10 +145,9 @@ function inputProblem(error: StoreInputError): string {
 }
 
 /**
- * The console's wording of a store error. A refused request gets its
- * sentence with the fix; an outage keeps the store's own message, written
- * for whoever runs the database, except a change left unconfirmed, which
- * names the commands that tell.
+ * A store error worded: a refused request gets its sentence and fix; an outage
+ * keeps the store's message (for whoever runs the database), except an
+ * unconfirmed change, which names the commands that tell.
  */
 export function describeStoreError(
   error: StoreInputError | StoreUnavailableError,

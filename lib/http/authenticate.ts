@@ -1,20 +1,14 @@
 /**
- * The API-key step of every authenticated route, in this order:
- *
- * 1. the key's format, hash, the index of stored hashes and the lookup
- *    (lib/auth/key_lookup.ts);
- * 2. a key used from outside its `allowFrom` fails exactly as an invalid
- *    one (same 401, counted toward the lock-out), logged and noted;
- * 3. a failed request meets the lock-out: 429 while its client is locked,
- *    else counted and answered 401;
- * 4. a key with a rate limit takes one request from this server's share:
- *    past it 429 `rate_limited`, never counted toward the lock-out;
- * 5. a success is noted and the key's record handed to the route.
- *
- * The lock-out comes after the key: it answers only requests that fail
- * anyway, so no lock (earned, shared with a network, or false under a
- * flood) ever refuses a valid key; docs/design.md ("Lock-out levels") says
- * what that costs. A route never sees a key that was not valid when checked.
+ * The API-key step of every authenticated route, in order: (1) the lookup
+ * (lib/auth/key_lookup.ts); (2) a key used from outside its `allowFrom` fails
+ * as an invalid one (same 401, counted), logged and noted; (3) a failure meets
+ * the lock-out: 429 while locked, else counted and 401; (4) a rate-limited key
+ * takes one request from this server's share, past it 429 `rate_limited`, not
+ * counted; (5) a success is noted and the record handed to the route, which
+ * never sees a key that was not valid when checked. The lock-out comes after
+ * the key, answering only requests that fail anyway: no lock (earned, shared
+ * with a network, or false under a flood) ever refuses a valid key;
+ * docs/design.md ("Lock-out levels") says what that costs.
  *
  * @module
  */

@@ -1,8 +1,7 @@
 /**
- * `openapi.json` from the route table (`deno task contract`). A route
- * declares only its own operations and answers; what the router gives every
- * route (HEAD, OPTIONS, 405, and 400, 429, 500, 401 and 503 around the
- * handlers) is written once, here; the front matter is ./contract_base.json.
+ * `openapi.json` from the route table (`deno task contract`). Routes declare
+ * their own operations; what the router gives all (HEAD, OPTIONS, 405, 400,
+ * 429, 500, 401, 503) is written once here; front matter: ./contract_base.json.
  *
  * @module
  */

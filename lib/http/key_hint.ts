@@ -1,8 +1,7 @@
 /**
- * Where a key went when it was not sent in `X-API-Key`: named on the 401's
- * log line, never its value. Read only for a request refused without that
- * header, so a valid request pays nothing for it; the client's answer is
- * the same 401 either way.
+ * Where a key went when not in `X-API-Key`: named on the 401's log line, never
+ * its value. Read only for a request refused without that header, so valid
+ * requests pay nothing; the client gets the same 401 either way.
  *
  * @module
  */
@@ -10,10 +9,7 @@
 import { looksLikeApiKey } from "../auth/api_key.ts";
 import { API_KEY_HEADER } from "./responses.ts";
 
-/**
- * Header names a hint may name. Any other is "another header": a name is
- * whatever the client wrote, a key's pieces included.
- */
+/** Header names a hint may name; others are "another header", as a name may hold key pieces. */
 const NAMED = new Map(
   [
     "Authorization",

@@ -26,9 +26,8 @@ const BATCH_BYTES = 64 * 1024;
 const NEWLINE = 0x0a;
 
 /**
- * Each line is encoded into the batch as it is queued: strings kept for a
- * 20 ms batch reached the old generation, and cost about 17 MB and 3 µs a
- * request under load.
+ * Lines are encoded as queued: strings kept for a 20 ms batch reached the old
+ * generation, costing about 17 MB and 3 µs a request under load.
  */
 export class JsonLog {
   #batch = new Uint8Array(BATCH_BYTES);

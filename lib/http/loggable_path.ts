@@ -183,9 +183,8 @@ function isAlphanumeric(code: number): boolean {
 }
 
 /**
- * Rule 3's raw half: a raw run of letters and digits of the limit's length
- * that escapes are part of decodes to shorter tokens, but would be logged
- * as it is (`%25abcdefgh` is `%abcdefgh`, the `25` not counted).
+ * Rule 3's raw half: a raw run of the limit's length that escapes are part of
+ * is logged as is, though it decodes shorter (`%25abcdefgh` is `%abcdefgh`).
  */
 function markEscapedRuns(
   path: string,

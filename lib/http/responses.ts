@@ -38,10 +38,7 @@ export function jsonText(body: string): Response {
   return new Response(body, { headers: JSON_HEADERS });
 }
 
-/**
- * The one 401: same status, headers and (empty) body whatever the reason, so a
- * revoked key cannot be told from one that never existed.
- */
+/** The one 401, identical whatever the reason: a revoked key can't be told from an unknown one. */
 export function unauthorized(): Response {
   return new Response(null, {
     status: 401,
@@ -149,9 +146,8 @@ type DocumentedHeader =
   | "RateLimit";
 
 /**
- * One answer as the contract describes it: `openapi.json` lists it under
- * `components/responses/NAME` and, when it has a body, its HEAD twin under
- * `NAMEHead`.
+ * One answer as the contract describes it: `openapi.json` has it under
+ * `components/responses/NAME`, and a bodied one's HEAD twin as `NAMEHead`.
  */
 export interface ResponseContract {
   name: string;

@@ -1,8 +1,7 @@
 /**
  * Response bodies as JSON Schema, once: for `openapi.json`, the route's type
- * ({@linkcode FromSchema}) and the connection check ({@linkcode firstBreach}).
- * Only the keywords below are allowed, so each means the same to this
- * reader, to Ajv and to integrators' tools.
+ * ({@linkcode FromSchema}) and the check ({@linkcode firstBreach}). Only the
+ * keywords below, so each means the same here, to Ajv and to integrators' tools.
  *
  * @module
  */

@@ -1,11 +1,9 @@
 /**
- * What only the service knows, on Deno's OpenTelemetry (`OTEL_DENO=true`):
- * `http.route` and the key id on the request span (never the key), and
- * `integration.auth.outcomes`.
- *
- * Deno 2.9's span records `url.full` and `url.query` before the handler
- * runs, and attributes cannot be removed: a key pasted into a URL reaches
- * the collector. docs/operators.md gives the collector rule that strips them.
+ * What only the service knows, on OpenTelemetry (`OTEL_DENO=true`): `http.route`
+ * and key id on the request span (never the key), `integration.auth.outcomes`.
+ * Deno 2.9's span records `url.full` and `url.query` before the handler, and
+ * attributes cannot be removed: a key pasted into a URL reaches the collector;
+ * docs/operators.md gives the collector rule that strips them.
  *
  * @module
  */

@@ -1,7 +1,6 @@
 /**
- * Credentials in URLs: a key in any spelling, with or without its prefix,
- * or a query parameter named like one. Refused on every route; a logged
- * path withholds them (lib/http/loggable_path.ts).
+ * Credentials in URLs: a key in any spelling, with or without prefix, or a query
+ * parameter named like one. Refused on every route; loggable_path.ts withholds them.
  *
  * @module
  */

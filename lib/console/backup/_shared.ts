@@ -7,10 +7,7 @@
 import { ConsoleError } from "../errors.ts";
 
 export const EXPORT_FORMAT = "integration-service-keys";
-/**
- * The one version an import reads; a later version that changes the format
- * reads this one on.
- */
+/** The one version an import reads; a later format version reads this one on. */
 export const EXPORT_VERSION = 3;
 
 /** What `export` and `import --json` print. */
@@ -57,10 +54,7 @@ const INTERRUPTIONS: [Deno.Signal, number][] = [
   ["SIGHUP", 129],
 ];
 
-/**
- * Until disposed, an interrupting signal calls `stop` with the exit code
- * the shell gives that signal, instead of ending the process.
- */
+/** Until disposed, a signal calls `stop` with the shell's exit code for it instead of exiting. */
 export function onInterruption(stop: (exitCode: number) => void): Disposable {
   const listeners = INTERRUPTIONS.map((
     [signal, code],

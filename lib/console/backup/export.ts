@@ -23,14 +23,10 @@ import {
 const EXPORT_ATTEMPTS = 3;
 
 /**
- * Writes the export to a hidden temporary file beside FILE and gives it its
- * name only when complete and on disk, so that a crash never leaves half a
- * backup under the name an admin will restore from.
- *
- * The store is read in two passes (keys, then audit) rather than as one
- * snapshot; the store's revision, which every change moves (but not the
- * server's last-used times), shows whether anything changed in between, and
- * if so the export starts again.
+ * Writes to a hidden temporary file beside FILE, renamed only when complete on
+ * disk: a crash never leaves half a backup under the name admins restore from.
+ * Keys, then audit, are read in two passes; if the store's revision (moved by
+ * every change but last-used times) changed in between, the export restarts.
  */
 export async function exportTo(
   store: KeyStore,
@@ -85,9 +81,8 @@ export async function exportTo(
 }
 
 /**
- * The export on stdout, streamed: it cannot be begun again once written, so
- * when keys change meanwhile it stops before the end line (which an import
- * requires) and says so.
+ * The export streamed on stdout, which cannot restart: if keys change meanwhile
+ * it stops before the end line an import requires, and says so.
  */
 async function exportToStdout(
   store: KeyStore,

@@ -1,6 +1,5 @@
 /**
- * Restore of a store from an export: `keys import`, refusing a file cut short
- * or not an export, and an import into a store that is not empty.
+ * `keys import`: refuses a file cut short or not an export, and a non-empty store.
  *
  * @module
  */
@@ -25,10 +24,7 @@ import {
   Progress,
 } from "./_shared.ts";
 
-/**
- * Streams an export file line by line into `importAll()`, and words every
- * problem with the number of the line it is on.
- */
+/** Feeds an export file into `importAll()` line by line; problems name their line. */
 export async function importFrom(
   store: KeyStore,
   file: string,
