@@ -1,9 +1,8 @@
 /**
- * Checks of imported records, shared by every store's import, so that a
- * hand-edited, truncated or hostile backup is refused line by line before it
- * lands: ids a store can hand on without overflow, no id or hash twice, and
- * every text bounded so that each record fits in one store value and every
- * export of a store can be imported again.
+ * Checks of imported records, shared by every store, so a hand-edited,
+ * truncated or hostile backup is refused line by line before it lands: ids a
+ * store can hand on without overflow, no id or hash twice, every text bounded
+ * so each record fits one store value and every export imports again.
  */
 
 import {
@@ -77,10 +76,9 @@ function _field<T>(id: number, check: () => T): T {
 }
 
 /**
- * The rotation links are key ids or null, and only as a rotation writes
- * them: no key replaces or retires itself, a replacement has a later id
- * than the key it replaced (ids only grow), and a valid key in an overlap
- * has the deadline that ends it.
+ * Rotation links are key ids or null, and only as a rotation writes them: no
+ * key replaces or retires itself, a replacement has a later id than the key it
+ * replaced (ids only grow), and a valid key in an overlap has its deadline.
  */
 function checkLinks(record: KeyRecord): void {
   for (const field of LINKS) {

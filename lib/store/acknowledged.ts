@@ -1,10 +1,8 @@
 /**
  * The writer's half of the lease protocol (lib/auth/lease.ts): a change returns
- * only once every registered server has acknowledged it, or that server's
- * lease has run out, so that no request sent afterwards is answered with
- * what the change replaced. Which changes wait is part of each change's
- * type (lib/store/change.ts), so a new change cannot forget it.
- *
+ * only once every registered server acknowledged it or its lease ran out, so
+ * no later request is answered with what the change replaced. Which changes
+ * wait is in each change's type (lib/store/change.ts): none can forget it.
  * @module
  */
 
@@ -70,11 +68,10 @@ export function acknowledged(
 }
 
 /**
- * Waits until every registered server has applied the store's current
- * revision, or its lease has run out. Call it after a change has returned:
- * every lease resting on a read that began before the change ends within a
- * lease's length of that moment, so the wait is bounded even when the store
- * cannot be read meanwhile.
+ * Waits until every registered server applied the store's current revision,
+ * or its lease ran out. Call it after a change returned: every lease resting
+ * on a read begun before the change ends within a lease's length of then, so
+ * the wait is bounded even when the store cannot be read meanwhile.
  */
 export async function awaitAcknowledgement(
   store: Registry,
@@ -92,9 +89,9 @@ export async function awaitAcknowledgement(
   let told = false;
   let owing: InstanceRecord[] = [];
   /**
-   * Registrations seen owing, by id: one that is gone at the next read did
-   * not confirm either. It stopped, or another wait (a server settling a
-   * read, another console) found its lease run out first and removed it.
+   * Registrations seen owing, by id: one gone at the next read did not confirm
+   * either; it stopped, or another wait (a server settling a read, another
+   * console) found its lease run out first and removed it.
    */
   const owed = new Map<string, InstanceRecord>();
   const { signal } = options;

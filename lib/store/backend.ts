@@ -1,13 +1,11 @@
 /**
- * What the rules about keys need of storage, and nothing more: every rule
- * lives above it, once (`changes.ts`, `keys.ts`, `registrations.ts`).
- * Below it, storage reads consistently, commits one change atomically,
- * imports out of sight and publishes in one step, and keeps registrations
- * under a version it compares and sets. Its one implementation,
- * `layout/backend.ts`, is written over the seam (`entries.ts`): a database
- * is added by implementing the seam, as docs/design.md ("The store: one
- * seam, two backends") says.
- *
+ * What the rules about keys need of storage, and no more: every rule lives
+ * above it, once (`changes.ts`, `keys.ts`, `registrations.ts`). Storage reads
+ * consistently, commits one change atomically, imports out of sight and
+ * publishes in one step, and keeps registrations under a compare-and-set
+ * version. Its one implementation, `layout/backend.ts`, is written over the
+ * seam (`entries.ts`): a database is added by implementing the seam
+ * (docs/design.md, "The store: one seam, two backends").
  * @module
  */
 
@@ -35,14 +33,12 @@ export type Write =
   | { kind: "usage"; id: number; lists: Partial<UsageLists> };
 
 /**
- * One change being made: its reads, its time, and the writes and audit
- * lines it collects, which the backend applies atomically. Each read
- * becomes a check of the commit (lib/store/layout/_change.ts), so a change
- * decides on data that still holds when it commits, or is tried again.
- * Nothing written is read back before the commit, in any backend.
+ * One change being made: its reads, its time, and the writes and audit lines
+ * the backend applies atomically. Each read becomes a check of the commit
+ * (lib/store/layout/_change.ts), so a change decides on data that still holds
+ * when it commits, or is retried; no backend reads a write back before then.
  */
 export abstract class ChangeDraft<A extends Alters> {
-  /** What the change alters, as declared. */
   readonly alters: A;
   /** The time of the change, for the records and the audit lines alike. */
   readonly at: Date = new Date();
@@ -92,10 +88,9 @@ export abstract class ChangeDraft<A extends Alters> {
   }
 
   /**
-   * How far the change moves the revision: one per audit line, and one for
-   * a record rewritten without a line (a retirement's spent link), so that
-   * every write of a record a server may hold moves it. Usage lists alone
-   * move nothing.
+   * How far the change moves the revision: one per audit line, or one for a
+   * record rewritten without a line (a retirement's spent link), so every
+   * write of a record a server may hold moves it; usage lists alone, none.
    */
   get moves(): number {
     if (this.lines.length > 0) return this.lines.length;

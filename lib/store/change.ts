@@ -1,10 +1,8 @@
 /**
- * What a change is, by type: whether it can alter what authenticates, the
- * audit lines each kind may write, and the {@linkcode Committed} value a
- * change hands back, whose result a caller reaches only the way its kind
- * allows, so that the compiler, not a list of method names, holds each
- * change to its wait (lib/store/acknowledged.ts).
- *
+ * What a change is, by type: whether it alters what authenticates, its audit
+ * lines, and the {@linkcode Committed} it hands back, whose result is reached
+ * only as its kind allows, so the compiler, not a list of method names, holds
+ * each change to its wait (lib/store/acknowledged.ts).
  * @module
  */
 
@@ -56,10 +54,9 @@ export interface ChangeKind<A extends Alters> {
 }
 
 /**
- * A server that did not acknowledge, and whose lease ran out instead; or,
- * `gone`, one seen owing whose registration was gone at the next read (it
- * stopped, or another wait saw its lease run out first); or, `broken`, a
- * registration that could not be read.
+ * A server that did not acknowledge, its lease run out instead; `gone`: seen
+ * owing, then its registration gone (it stopped, or another wait saw its lease
+ * run out first); `broken`: a registration that could not be read.
  */
 export type Lapsed = Pick<InstanceRecord, "id" | "host" | "pid" | "broken"> & {
   gone?: true;
@@ -115,14 +112,12 @@ export type Acknowledge = (
 
 /**
  * A change the store committed (or found already made): its kind, the
- * revision the store stands at after it, and its result, kept private. An
- * authentication change's result is reached only through
- * {@linkcode Committed.settle}, which waits as the store was told to; a
- * usage change's through {@linkcode Committed.quiet}, which the compiler
- * refuses on an authentication change.
+ * revision after it, and its result, kept private: an authentication change's
+ * reached only through {@linkcode Committed.settle}, which waits as the store
+ * was told to; a usage change's through {@linkcode Committed.quiet}, which the
+ * compiler refuses on an authentication change.
  */
 export class Committed<T, A extends Alters> {
-  /** What the change was declared to be. */
   readonly kind: ChangeKind<A>;
   /**
    * The store's revision once the change was made: every server that has

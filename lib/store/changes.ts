@@ -1,12 +1,10 @@
 /**
- * Every change to a key, written once for every backend: each takes the
- * draft of one change (lib/store/backend.ts), reads what it needs through
- * it, decides by the rules of `records.ts` and `usage_lists.ts`, and writes
- * records and audit lines into it. The backend commits the draft atomically
- * or runs the change again on fresh reads. A change's draft type says what
- * it alters, so a usage note cannot write a revocation's audit line, nor a
- * revocation run as a usage note.
- *
+ * Every change to a key, written once for every backend: each reads what it
+ * needs through the draft of one change (lib/store/backend.ts), decides by the
+ * rules of `records.ts` and `usage_lists.ts`, and writes records and audit
+ * lines into it; the backend commits it atomically or reruns the change on
+ * fresh reads. A draft's type says what it alters, so a usage note cannot
+ * write a revocation's audit line, nor a revocation run as a usage note.
  * @module
  */
 

@@ -1,12 +1,9 @@
 /**
- * Counts the calls made to a store, by method, so that an operator (and the
- * benchmark) can see what the traffic costs the database: with leases, a
- * steady stream of requests for known keys costs no read at all, and the
- * store's load follows the number of servers and changes, not the traffic.
- *
- * The counts are exported as the `integration.store.calls` metric and
- * written in the server's last log line.
- *
+ * Counts a store's calls by method, so an operator (and the benchmark) sees
+ * what the traffic costs the database: with leases, requests for known keys
+ * cost no read, and the store's load follows servers and changes, not traffic.
+ * Exported as the `integration.store.calls` metric and in the server's last
+ * log line.
  * @module
  */
 

@@ -1,18 +1,15 @@
 /**
  * The seam every database provides, and all it provides: an ordered map of
- * entries under versionstamps, read consistently, changed by atomic commits
- * that compare and set. Deno KV is this already (`kv.ts` only opens it and
+ * entries under versionstamps, read consistently, changed by atomic
+ * compare-and-set commits. Deno KV is this already (`kv.ts` only opens it and
  * waits out SQLite's write lock); PostgreSQL keeps it in one table
- * (`postgres/entries.ts`). Everything about keys is written once above it,
- * in `layout/`: the records and their indexes, the revision each change
- * moves, the audit log and the change feed read from it, the import's
- * marker and the servers' registrations.
+ * (`postgres/entries.ts`). Everything about keys is written once above it, in
+ * `layout/`: records and indexes, the revision each change moves, the audit
+ * log and change feed, the import's marker and the servers' registrations.
  *
- * A third backend implements {@linkcode Entries}, each member's doc below
- * saying what it promises (docs/design.md, "The store: one seam, two
- * backends"); tests/contract/entries_contract_test.ts with the store and
- * lease contracts are the proof.
- *
+ * A third backend implements {@linkcode Entries} as each member's doc
+ * promises (docs/design.md, "The store: one seam, two backends"); the proof is
+ * tests/contract/entries_contract_test.ts with the store and lease contracts.
  * @module
  */
 

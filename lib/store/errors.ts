@@ -1,10 +1,8 @@
 /**
- * The errors a store throws. Each carries a stable `code` and the fields a
- * caller needs to act on it or word it (ids, names, the field at fault), so
- * callers tell errors apart by class or code, never by message. The messages
- * state the fact for logs and stack traces; the admin's wording, with the
- * fix to apply, is the console's (`lib/console/store_errors.ts`).
- *
+ * The errors a store throws, each with a stable `code` and the fields a caller
+ * needs to act on or word it (ids, names, the field at fault): tell them apart
+ * by class or code, never by message. Messages state the fact for logs; the
+ * admin's wording and fix are the console's (`lib/console/store_errors.ts`).
  * @module
  */
 
@@ -174,10 +172,9 @@ export class InvalidFieldError extends StoreInputError {
 }
 
 /**
- * The store is in the middle of an import, or the import this call was
- * running was aborted from elsewhere. `import_unfinished`: another import
- * runs or one was interrupted, and every change is refused until it ends.
- * `import_aborted`: `abortImport()` ended this import.
+ * `import_unfinished`: another import runs or one was interrupted, and every
+ * change is refused until it ends. `import_aborted`: `abortImport()` ended
+ * the import this call was running.
  */
 export class ImportStateError extends StoreInputError {
   override name = "ImportStateError";
@@ -284,10 +281,9 @@ export class ImportItemError extends StoreInputError {
 }
 
 /**
- * The store could not be reached or read: the caller should retry later,
- * not drop its key. The message of a `store_unavailable` error says what
- * failed and how the operator brings the database back, for the server's
- * log and the console alike.
+ * The store could not be reached or read: retry later, never drop the key. A
+ * `store_unavailable` message says what failed and how the operator brings
+ * the database back, for the server's log and the console alike.
  */
 export class StoreUnavailableError extends Error {
   override name = "StoreUnavailableError";

@@ -1,11 +1,9 @@
 /**
- * The one expiry rule: when a key stops authenticating, how a key past that
- * time reads everywhere (revoked as of it, whether or not a store has
- * written so yet), and the one way its revocation is written down, by the
- * server that meets such a key and by the console before a command. The
- * request-time check (lib/auth/key_lookup.ts), the readers (`keys list`, `show`),
- * the stores' index of deadlines and both writers all go through here.
- *
+ * The one expiry rule: when a key stops authenticating, how a key past it reads
+ * everywhere (revoked as of then, written so or not yet), and the one way its
+ * revocation is written, by the server meeting such a key and by the console
+ * before a command. The request-time check (lib/auth/key_lookup.ts), readers
+ * (`keys list`, `show`), the stores' deadline index and both writers use it.
  * @module
  */
 

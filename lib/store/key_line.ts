@@ -1,10 +1,8 @@
 /**
- * An installation's key line: its keys across rotations, each replaced by
- * the next, and the audit log of all of them. A rotation is logged once,
- * under the key it replaced, so the new key's history starts in its
- * predecessor's lines; following the line gives one history whichever of
- * its ids is asked about.
- *
+ * An installation's key line: its keys across rotations, each replaced by the
+ * next, and all their audit log. A rotation is logged once, under the key it
+ * replaced, so a new key's history starts in its predecessor's lines;
+ * following the line gives one history whichever of its ids is asked about.
  * @module
  */
 

@@ -1,12 +1,10 @@
 /**
  * {@linkcode KeyStore} over any backend (lib/store/backend.ts): the one
- * implementation of the store contract. Reads and the instance registry
- * pass through to the backend's primitives; every change runs one of the
- * rules of `changes.ts` in the backend's atomic change, declared with what
- * it alters. A change that alters authentication returns only once the
- * store's {@linkcode Acknowledge} has settled it (lib/store/acknowledged.ts
- * waits for every server); a usage note returns at once.
- *
+ * implementation of the store contract. Reads and the instance registry pass
+ * through to the backend; every change runs a rule of `changes.ts` in the
+ * backend's atomic change, declared with what it alters. One that alters
+ * authentication returns only once the store's {@linkcode Acknowledge} settled
+ * it (lib/store/acknowledged.ts waits for every server); a usage note at once.
  * @module
  */
 

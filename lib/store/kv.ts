@@ -1,8 +1,7 @@
 /**
- * The Deno KV backend: {@linkcode Entries} is what Deno KV already is, so
- * this adapter only opens the file privately and waits out SQLite's write
- * lock, which another process (a console beside the server) may hold.
- *
+ * The Deno KV backend: {@linkcode Entries} is what Deno KV already is, so this
+ * only opens the file privately and waits out SQLite's write lock, which
+ * another process (a console beside the server) may hold.
  * @module
  */
 
@@ -160,10 +159,9 @@ class _KvAtomic implements Seam.Atomic {
 
 /**
  * SQLite's "database is locked": another connection holds the write lock.
- * The one place that reads an error's text, because nothing else tells it:
- * Deno (2.9) throws a plain TypeError for it, with no `code`, no
- * `Deno.errors` class and no cause (checked by holding the lock from a second
- * process). Replace this with a class or code check once Deno gives one.
+ * Read from the error's text, as nothing else tells it: Deno (2.9) throws a
+ * plain TypeError, no `code`, `Deno.errors` class or cause (checked by holding
+ * the lock from a second process). Use a class or code once Deno gives one.
  */
 function isLocked(error: unknown): boolean {
   return String(error).includes("database is locked");

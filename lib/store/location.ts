@@ -1,8 +1,7 @@
 /**
- * Where keys are kept, as the configuration names it: kept apart from the
- * opener, which loads each store, so that a store may name its own default
- * without an import cycle.
- *
+ * Where keys are kept, as the configuration names it: apart from the opener,
+ * which loads each store, so a store may name its own default without an
+ * import cycle.
  * @module
  */
 

@@ -2,7 +2,6 @@
  * The opener: the one module that names both stores, and picks the one the
  * configuration asks for. Each is loaded only when asked for, so the KV path
  * never loads the PostgreSQL driver.
- *
  * @module
  */
 

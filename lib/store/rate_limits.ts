@@ -2,7 +2,6 @@
  * What a stored rate limit may be, and how the audit log words it: the
  * store's half of per-key rate limits, below lib/auth/rate_limit.ts, which
  * parses, formats and enforces them.
- *
  * @module
  */
 

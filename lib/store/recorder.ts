@@ -1,10 +1,8 @@
 /**
- * The one background loop for notes written off the request path (last
- * use, networks used, uses refused): a timer takes what is pending and
- * writes it, one write after another, and a write that fails is logged
- * with its error's code, never dropped in silence; the note itself is a
- * hint, not a record, so it is not tried again.
- *
+ * The one background loop for notes written off the request path (last use,
+ * networks used, uses refused): a timer writes what is pending, one write
+ * after another; a failed write is logged with its error's code, never dropped
+ * silently, but not retried, as a note is a hint, not a record.
  * @module
  */
 

@@ -2,7 +2,6 @@
  * The rules every store applies alike: what a name, an e-mail, a reason and
  * an audit actor may be, how names are compared, and the one shape of a new,
  * revoked or rotated record, of an audit detail and of an export.
- *
  * @module
  */
 
@@ -69,9 +68,8 @@ function tidyName(name: string): string {
 
 /**
  * Checks and tidies a new key name: at most {@linkcode NAME_MAX} characters,
- * not empty, not all digits, no control, bidirectional or invisible
- * characters (see `INVISIBLE`); throws
- * {@linkcode InvalidFieldError} when unusable.
+ * not empty, not all digits, no control, bidi or invisible (`INVISIBLE`)
+ * characters; throws {@linkcode InvalidFieldError} when unusable.
  */
 export function normalizeName(name: string): string {
   const tidy = tidyName(name);
@@ -133,10 +131,9 @@ export function normalizeReason(reason: string): string {
 }
 
 /**
- * Who made a change, as the audit log keeps it. It comes from the
- * environment (USER, the host name), which the admin does not type and
- * should not be refused for, so it is made safe instead: control and
- * bidirectional characters escaped, cut to {@linkcode ACTOR_MAX} characters.
+ * Who made a change, as audited. It comes from the environment (USER, host
+ * name), which the admin neither types nor should be refused for, so it is
+ * made safe: control and bidi characters escaped, cut to {@linkcode ACTOR_MAX}.
  */
 export function normalizeActor(actor: string): string {
   return shortened(escapeControlCharacters(actor.trim()), ACTOR_MAX) ||
@@ -215,13 +212,12 @@ export function rotation(
   fresh: KeyRecord,
   options: RotateOptions & { at: Date; predecessor: KeyRecord | null },
 ): { created: KeyRecord; old: KeyRecord } {
-  // The replacement is the same installation's key: a restriction to its
-  // networks must not fall away because the key was rotated (often after a
-  // leak, when it matters most).
-  // Its rate limit likewise: a rotation is not a way around the limit. It
-  // counts with the key `current` replaced, which is retired by now, so
-  // the line's two live keys never share a count (whoever holds the old
-  // one cannot use up the new one's) and the line never has more than two.
+  // The replacement is the same installation's key: neither its network
+  // restriction (often rotated after a leak, when it matters most) nor its
+  // rate limit, which a rotation must not evade, may fall away. It counts with
+  // the key `current` replaced, retired by now, so the line's two live keys
+  // never share a count (whoever holds the old one cannot use up the new
+  // one's) and the line never has more than two.
   const { predecessor } = options;
   const created = {
     ...fresh,
@@ -255,10 +251,9 @@ export function counterOf(
 }
 
 /**
- * The key that a rotation of `current` must retire at once: its own
- * predecessor, when still valid in the overlap of the rotation that made
- * `current`. Left valid, a line of rotations would keep any number of keys
- * working, each with its own rate limit.
+ * The key a rotation of `current` retires at once: its predecessor, still valid
+ * in the overlap of the rotation that made `current`. Left valid, a line of
+ * rotations would keep any number of keys working, each with its own limit.
  */
 export function overlappedPredecessor(
   current: KeyRecord,

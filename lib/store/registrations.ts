@@ -1,10 +1,8 @@
 /**
  * The instance registry's rules, written once over any backend: what a
- * registration stores and how one is read back: checked field by field, so that one
- * registration written wrong (by a bug, a newer version or a hand) is one
- * broken registration, not an unreadable listing that holds every change up
- * to its deadline and is never removed.
- *
+ * registration stores and how it is read back, field by field, so one written
+ * wrong (by a bug, a newer version or a hand) is one broken registration, not
+ * an unreadable listing holding every change up to its deadline, never removed.
  * @module
  */
 

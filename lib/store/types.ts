@@ -1,15 +1,12 @@
 /**
- * The store's vocabulary: the records it keeps, what a change takes and
- * returns, and the {@linkcode KeyStore} contract every store fulfils. Types
- * only, importing nothing, so that any module may depend on it.
- *
+ * The store's vocabulary and its {@linkcode KeyStore} contract: types only,
+ * importing nothing, so that any module may depend on it.
  * @module
  */
 
 /**
- * A per-key rate limit: `count` requests in any `windowSeconds`. Enforced
- * in memory by each server on its share (lib/auth/rate_limit.ts); part of
- * the record, so a cached record carries it.
+ * A per-key rate limit: `count` requests in any `windowSeconds`, enforced in
+ * memory by each server (lib/auth/rate_limit.ts); cached with the record.
  */
 export interface RateLimit {
   count: number;
@@ -38,11 +35,9 @@ export interface KeyRecord {
   /** The client address that sent it in the URL. */
   exposedFrom: string | null;
   /**
-   * When the key last authenticated a request: the time of a real use, at
-   * most about a minute behind the last one, and never before `createdAt`
-   * (a server whose clock runs behind the console's is shown `createdAt`).
-   * Filled in by `get()` and `list()` only, as it is written apart from the
-   * record.
+   * Last authentication: a real use's time, at most about a minute behind the
+   * latest, never before `createdAt` (a server clock behind the console's is
+   * shown `createdAt`). Only `get()`/`list()` fill it: it is stored apart.
    */
   lastUsedAt: string | null;
   /**
@@ -59,9 +54,9 @@ export interface KeyRecord {
   rotatedFrom: number | null;
   /**
    * The key whose rate-limit count this one shares; null: its own. A
-   * rotation's replacement counts with its predecessor's predecessor, so a
-   * line of rotated keys uses two counts however long it grows, and is
-   * accepted at most twice its limit in any window.
+   * replacement counts with its predecessor's predecessor, so a rotated line
+   * uses two counts however long, and is accepted at most twice its limit in
+   * any window.
    */
   rateCounter: number | null;
   /** Canonical CIDR ranges the key may be used from; null: anywhere. Cached with the record. */
@@ -70,10 +65,7 @@ export interface KeyRecord {
   rateLimit: RateLimit | null;
   /** Last networks it authenticated from, oldest first; kept apart, filled by `get()`/`list()`. */
   networks: NetworkUse[];
-  /**
-   * Refused uses (client outside `allowFrom`), oldest first; kept apart,
-   * filled by `get()`/`list()`.
-   */
+  /** Uses refused by `allowFrom`, oldest first; kept apart, like `networks`. */
   refusedUses: RefusedUse[];
 }
 
@@ -168,9 +160,8 @@ export interface RotateResult {
 }
 
 /**
- * One server process's registration, which every change waits on: the
- * revision the process has applied, and how long a lease it takes. The
- * process answers from memory only while its registration stands.
+ * One server process's registration, which every change waits on: its applied
+ * revision and lease. The process answers from memory only while it stands.
  */
 export interface InstanceInfo {
   /** Random, chosen by the process; a new one after every re-registration. */
@@ -189,9 +180,8 @@ export interface InstanceInfo {
 export interface InstanceRecord extends InstanceInfo {
   version: string;
   /**
-   * True when the stored registration could not be read (a field missing
-   * or malformed): its other fields are then placeholders, and it owes
-   * every change until removed.
+   * Unreadable as stored (a field missing or malformed): the other fields are
+   * placeholders, and it owes every change until removed.
    */
   broken?: boolean;
 }
@@ -224,9 +214,8 @@ export interface InstanceRegistry {
   /** Removes a registration, only if still at `version` when one is given. */
   removeInstance(id: string, options?: { version?: string }): Promise<boolean>;
   /**
-   * Which keys changed after `revision`, read from the audit log; a first
-   * use from a network and an exposure in a URL alter nothing a request
-   * reads, so they are left out.
+   * Which keys changed after `revision`, from the audit log; a network's first
+   * use and a URL exposure alter nothing a request reads, so are left out.
    */
   changesSince(revision: bigint): Promise<KeyChanges>;
   /**
@@ -275,11 +264,10 @@ export interface KeyStore extends InstanceRegistry {
   /** The last change's number; any change moves it, so a cache at R is current while it is R. */
   revision(): Promise<bigint>;
   /**
-   * `findByHash()` together with the revision the record was read at, in one
-   * consistent read: the pair a cache needs. `authRevision` is the revision
-   * of the last change, up to then, that altered what authenticates (not a
-   * usage note: a first use from a network, a key seen in a URL), so a
-   * reader waits for the servers to know that one only.
+   * `findByHash()` with the revision it read at, in one consistent read: what
+   * a cache needs. `authRevision` is the last change, up to then, that altered
+   * what authenticates (not a usage note: a network's first use, a key seen in
+   * a URL), so a reader waits for the servers to know that one only.
    */
   findByHashAt(
     hash: string,
@@ -303,10 +291,9 @@ export interface KeyStore extends InstanceRegistry {
     options: ChangeOptions,
   ): Promise<{ record: KeyRecord; changed: boolean }>;
   /**
-   * Merges network uses into each key's bounded list, written apart from
-   * the record. A network the list did not hold is audited (`network`),
-   * which moves the revision; returns those. Best effort: unknown keys and
-   * a store under import are skipped.
+   * Merges network uses into each key's bounded list, apart from the record;
+   * new networks are audited (`network`), moving the revision, and returned.
+   * Best effort: unknown keys and a store under import are skipped.
    */
   recordNetworkUses(
     uses: Iterable<{ id: number; network: string; at: Date }>,
@@ -332,10 +319,9 @@ export interface KeyStore extends InstanceRegistry {
     hash: string;
   }>;
   /**
-   * The revision at which the set of keys was last replaced wholesale (an
-   * import began, completed, failed or was aborted); 0n if never. An index
-   * built at revision R must rebuild from scratch once this exceeds R, as
-   * ids may then have been reused.
+   * The revision at which the keys were last replaced wholesale (an import
+   * began, completed, failed or was aborted); 0n if never. An index built at R
+   * rebuilds from scratch once this exceeds R, as ids may have been reused.
    */
   importRevision(): Promise<bigint>;
   /**

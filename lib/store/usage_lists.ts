@@ -1,9 +1,7 @@
 /**
- * Where a key may be used from and where it was used from, alike in every
- * store: the canonical form of `allowFrom`, and the bounded lists of
- * networks seen and uses refused, merged here so that both stores keep the
- * same bounds and order.
- *
+ * Where a key may be used from and was used from, alike in every store: the
+ * canonical `allowFrom`, and the bounded lists of networks seen and uses
+ * refused, merged here so both stores keep the same bounds and order.
  * @module
  */
 
@@ -53,11 +51,10 @@ export function allowFromDetail(allowFrom: string[] | null): string {
 }
 
 /**
- * `current` with `uses` merged in: a network already listed gets its last
- * seen time moved on (never back), a new one is appended, and only the
- * {@linkcode NETWORKS_KEPT} most recently seen stay, in first-seen order.
- * `added` lists every network the list did not hold before, including those
- * that more recent ones pushed out of it in the same merge.
+ * `current` with `uses` merged: a listed network's last seen time moves on
+ * (never back), a new one is appended, and only the {@linkcode NETWORKS_KEPT}
+ * most recently seen stay, in first-seen order. `added` lists every network
+ * not held before, even those more recent ones pushed out in this merge.
  */
 export function mergeNetworks(
   current: readonly NetworkUse[],

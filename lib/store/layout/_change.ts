@@ -1,7 +1,6 @@
 /**
- * The one way a key changes: a draft's reads checked, its writes, audit
- * lines and revision moves in one atomic commit, retried on a conflict.
- *
+ * The one way a key changes: a draft's reads checked, its writes, audit lines
+ * and revision moves in one atomic commit, retried on a conflict.
  * @module
  */
 

@@ -1,14 +1,11 @@
 /**
- * The import and its discard. Every item is checked (`_import_check.ts`)
- * as it streams in. An import cannot be one atomic operation, so it writes
- * in batches under the `["importing"]` marker: the marker is set with a
- * revision bump on an empty store, every batch checks that the marker is
- * still its own, and the marker goes with another bump, and the import's
- * own audit line, when the import completes or has been wiped again. Since
- * lookups read the marker in the same snapshot as the record, no key of an
- * unfinished import ever authenticates, and since the revisions are never
- * wiped, a revision never repeats.
- *
+ * The import and its discard; every item is checked (`_import_check.ts`) as
+ * it streams in. Not atomic, an import writes in batches under the
+ * `["importing"]` marker: set with a revision bump on an empty store, checked
+ * by every batch, removed with another bump (and the import's audit line) once
+ * complete or wiped again. Lookups read the marker in the record's snapshot,
+ * so no key of an unfinished import authenticates; revisions are never wiped,
+ * so none repeats.
  * @module
  */
 
@@ -229,10 +226,9 @@ async function stageRecord(batch: _Batch, record: KeyRecord): Promise<void> {
 }
 
 /**
- * Removes the marker `ours` and moves the revisions, in one step, above
- * `above` and above every revision the store ever had; `publish` adds the
- * import's own writes at that revision. ImportStateError once the marker
- * was taken over.
+ * Removes marker `ours` and moves the revisions, in one step, above `above`
+ * and every revision the store ever had; `publish` adds the import's writes
+ * at that revision. ImportStateError once the marker was taken over.
  */
 async function unmark(
   kv: Entries,
@@ -259,10 +255,9 @@ async function isEmpty(kv: Entries): Promise<boolean> {
 }
 
 /**
- * Deletes all but the revisions and registrations while holding the marker
- * `ours`, then removes the marker with a revision bump: the store is as
- * before the import. Stops with ImportStateError when the marker was taken
- * over. Returns the revision it moved to.
+ * Deletes all but revisions and registrations while holding marker `ours`,
+ * then removes it with a revision bump: the store is as before the import.
+ * ImportStateError once the marker was taken over; returns the new revision.
  */
 async function wipe(kv: Entries, ours: Check): Promise<bigint> {
   const batch = new _Batch(kv, ours);

@@ -21,7 +21,6 @@
  * - `["due", ms, id]`, `["replaced_by", replacement, id]`: the console's
  *   indexes of deadlines and overlaps, written with every record
  * - `["instances", id]` → a server's registration
- *
  * @module
  */
 

@@ -1,12 +1,9 @@
 /**
- * The key store's one implementation of {@linkcode StoreBackend}, on any
- * database's {@linkcode Entries}: the layout is described in `_keys.ts`,
- * the change in `_change.ts`, the import in `_import.ts`.
- *
- * Every change is one atomic commit that checks every entry the change
- * read and the revision, so two admins generating at the same moment cannot
- * share an id or a name; a conflict is retried with backoff.
- *
+ * The key store's one {@linkcode StoreBackend}, on any database's
+ * {@linkcode Entries}: layout in `_keys.ts`, change in `_change.ts`, import in
+ * `_import.ts`. Every change is one atomic commit checking every entry it read
+ * and the revision, so two admins generating at once cannot share an id or a
+ * name; a conflict is retried with backoff.
  * @module
  */
 

@@ -8,7 +8,6 @@
  * bigints, and bigints before numbers, as in Deno KV, where -0 is also a
  * part of its own just below 0. NaN, which Deno KV takes, is refused: no
  * key the layout writes holds one, and a NaN is equal to nothing.
- *
  * @module
  */
 

@@ -1,8 +1,6 @@
 /**
- * The PostgreSQL connection: the driver's pool and its settings, the time
- * limits of every call, and outage detection, the one place where a driver
- * error becomes {@linkcode StoreUnavailableError}.
- *
+ * The PostgreSQL pool, its settings and time limits, and outage detection:
+ * the one place a driver error becomes {@linkcode StoreUnavailableError}.
  * @module
  */
 
@@ -25,7 +23,6 @@ export interface PostgresStoreOptions {
 }
 
 export type Sql = postgres.Sql;
-
 export type Tx = postgres.TransactionSql;
 
 /** How long a cancelled transaction may take to end: cancel and rollback, two round trips. */
@@ -50,9 +47,8 @@ export function connect(url: string, options: PostgresStoreOptions): Sql {
   const user = decodeURIComponent(parsed.username);
   const password = decodeURIComponent(parsed.password);
   const statementTimeout = options.statementTimeoutMs ?? 5000;
-  // Every setting is given here, even the defaults: the driver reads a PG*
-  // environment variable for each one left out, which the tasks' --allow-env
-  // would refuse.
+  // Every setting is given, even defaults: the driver reads a PG* variable
+  // for each one left out, which the tasks' --allow-env would refuse.
   return postgres(url, {
     user,
     pass: () => password,
@@ -92,12 +88,10 @@ export function callTimeoutMs(options: PostgresStoreOptions): number {
 }
 
 /**
- * The pool with the store's time limits: every query of the store goes
- * through {@linkcode Pool.read} or {@linkcode Pool.call}, which decide when
- * a failure is an outage.
+ * The pool with the store's time limits: every query goes through
+ * {@linkcode Pool.read} or {@linkcode Pool.call}, which judge outages.
  */
 export class Pool {
-  /** The driver's pool, for the queries themselves. */
   readonly sql: Sql;
   #readTimeoutMs: number;
   #timeoutMs: number;
@@ -133,9 +127,8 @@ export class Pool {
   }
 
   /**
-   * Any other call of one statement: a lost connection or a timeout is an
-   * outage; other errors pass. A change of several statements goes through
-   * {@linkcode Pool.transaction} instead.
+   * Any other call of one statement ({@linkcode Pool.transaction} for
+   * several): a lost connection or a timeout is an outage; other errors pass.
    */
   async call<T>(work: () => Promise<T>): Promise<T> {
     try {
@@ -146,19 +139,17 @@ export class Pool {
   }
 
   /**
-   * A change in one transaction, under the call's time limit. A transaction
-   * given up on is not left running: its current statement is cancelled, no
-   * further one is sent, and it is waited for until it has ended, so that
-   * whatever the caller says next about the store is what the store holds.
-   * Left running, it could commit after the console had said it did not (a
-   * rotation stalled by row locks did so, then `close()` let it finish).
+   * A change in one transaction, under the call's time limit. One given up
+   * on is not left running: its statement is cancelled, no further one is
+   * sent, and it is waited for until it ends, so what the caller says next
+   * about the store is what the store holds (left running, a rotation stalled
+   * by row locks once committed after the console said it did not).
    *
-   * Resolves when the transaction committed, however late; rejects with
-   * `change_cancelled` when it was given up on before its commit was sent
-   * (rolled back, or bound to roll back however late its statement ends, as
-   * no commit follows), and with `change_unconfirmed` only when its end
-   * cannot be known (the database stopped answering, or the connection
-   * broke, after the commit was sent).
+   * Resolves when committed, however late; rejects with `change_cancelled`
+   * when given up on before its commit was sent (rolled back, or bound to
+   * roll back as no commit follows), and with `change_unconfirmed` only when
+   * its end cannot be known (no answer, or a broken connection, after the
+   * commit was sent).
    */
   async transaction<T>(
     work: (tx: Tx) => Promise<T>,
@@ -201,9 +192,8 @@ export class Pool {
     // Whether COMMIT had been sent: if not, none ever is (above).
     const committing = workDone;
     try {
-      // The driver cancels through a connection of its own, so a full pool
-      // or a lock wait does not hold the cancel up; not awaited, as a
-      // database that stopped answering would hold it up instead.
+      // The driver cancels on a connection of its own, past a full pool or a
+      // lock wait; not awaited, as a database not answering would hold it up.
       Promise.resolve((current as { cancel(): unknown } | null)?.cancel())
         .catch(() => {});
       return await bounded(pending, CANCEL_GRACE_MS);
@@ -309,10 +299,9 @@ const OPEN_FAILURES: Record<string, (target: Target) => string> = {
 };
 
 /**
- * Why the database at `url` could not be opened: a missing role or
- * database, a wrong password or nothing listening, told by its code, in one
- * sentence naming DATABASE_URL and the fix (never the password); any other
- * failure as {@linkcode asUnavailable} words it.
+ * Why the database at `url` could not be opened, by code, in one sentence
+ * naming DATABASE_URL and the fix (never the password); any other failure as
+ * {@linkcode asUnavailable} words it.
  */
 export function openFailure(error: unknown, url: string): unknown {
   const code = error instanceof Error

@@ -1,15 +1,13 @@
 /**
- * The seam's entries (lib/store/entries.ts) in one PostgreSQL table:
- * `entries (key bytea, value json, versionstamp bigint)`, keys encoded so
- * that the index orders them as Deno KV does (`_key_codec.ts`).
+ * The seam's entries (lib/store/entries.ts) in one PostgreSQL table,
+ * `entries (key bytea, value json, versionstamp bigint)`, keys encoded so the
+ * index orders them as Deno KV does (`_key_codec.ts`).
  *
- * Every read is one statement, so a `getMany` is one snapshot. Every
- * commit is one transaction that first takes a lock all commits share:
- * the checks it then compares cannot be raced, even a check that an entry
- * is still absent, which no row lock could hold. Commits are short (the
- * reads a change decides on were made before it), so the lock is held for
- * a few statements.
- *
+ * Every read is one statement, so a `getMany` is one snapshot. Every commit
+ * is one transaction that first takes a lock all commits share, so its checks
+ * cannot be raced, even that an entry is still absent, which no row lock could
+ * hold. Commits are short (a change's reads come before), so the lock is held
+ * for a few statements.
  * @module
  */
 

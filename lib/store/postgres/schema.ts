@@ -1,20 +1,18 @@
 /**
  * The PostgreSQL schema: 1.0's baseline, created in one transaction and
- * recorded in `store_schema`.
- *
- * Tables:
+ * recorded in `store_schema`. Tables:
  * - `entries`: the seam's entries (lib/store/entries.ts), one row each: the
  *   key's bytes (`_key_codec.ts`, ordered as Deno KV orders keys), the value
- *   as JSON text (`json`, which unlike `jsonb` keeps any string, NUL included: `{"v": …}`, or `{"u64": "…"}` for a counter) and the
+ *   as JSON text (`json`, which unlike `jsonb` keeps any string, NUL
+ *   included: `{"v": …}`, or `{"u64": "…"}` for a counter) and the
  *   versionstamp of the commit that wrote it, from `entry_versionstamps`.
  *   What each entry holds is the layout's (lib/store/layout/_keys.ts), the
  *   same on Deno KV.
  * - `store_schema`: the version applied.
  *
- * A database holding no `store_schema` but one of the tables below was not
- * made by 1.0 or later (every layout before 1.0 recorded its version in
- * `schema_version`) and is refused, never converted.
- *
+ * A database with no `store_schema` but one of the tables below was not made
+ * by 1.0 or later (every earlier layout recorded `schema_version`) and is
+ * refused, never converted.
  * @module
  */
 
@@ -54,20 +52,16 @@ const BASELINE = `
 /** The newest schema version this code knows. */
 export const SCHEMA_VERSION = 1;
 
-/**
- * Tables that, without `store_schema`, mean a database this code did not make
- * (its own, or pre-1.0's).
- */
+/** Without `store_schema`, these mean a database this code did not make. */
 const FOREIGN_TABLES = ["schema_version", "entries", "entry_versionstamps"];
 
 /** The tables an opening reads or creates, named when held. */
 const STORE_TABLES = ["store_schema", "entries"];
 
 /**
- * Creates the schema of the database at `url` if missing; safe to run again
- * and from several processes at once. Throws {@linkcode SchemaVersionError}
- * when the database is newer than this code. Returns the version the
- * database was at, and the one it is at now.
+ * Creates the schema of the database at `url` if missing; safe to rerun, and
+ * from several processes at once. Throws {@linkcode SchemaVersionError} when
+ * the database is newer than this code. Returns its version before and now.
  */
 export async function migrate(
   url: string,

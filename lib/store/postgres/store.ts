@@ -1,8 +1,7 @@
 /**
- * The PostgreSQL store's opener: the pool (`connection.ts`), the schema
- * brought up to date (`schema.ts`), and the key store on the seam's entries
- * (`entries.ts`), which several server instances and the console share.
- *
+ * The PostgreSQL store's opener: pool (`connection.ts`), schema brought up to
+ * date (`schema.ts`), and the key store on the seam's entries (`entries.ts`),
+ * shared by several server instances and the console.
  * @module
  */
 
