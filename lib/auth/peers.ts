@@ -14,7 +14,7 @@
  */
 
 import type { RateLimit } from "./rate_limit.ts";
-import { LEASE_MARGIN_MS, leaseOf } from "../store/registrations.ts";
+import { hasLapsed, hasRenewed } from "../store/registrations.ts";
 import type { InstanceRecord, InstanceRegistry } from "../store/types.ts";
 
 const PEERS_POLL_MS = 1000;
@@ -142,11 +142,9 @@ export class Peers {
       const since = before?.version === version ? before.since : now;
       seen.set(id, { version, since });
       if (id === self) ids.push(id);
-      else if (now - since > leaseOf(instance) + LEASE_MARGIN_MS) {
+      else if (hasLapsed(instance, { since, now })) {
         lapsed.push(instance);
-      } else if (!instance.broken && instance.acked >= 0n) {
-        // Renewed at least once: a start that failed right after
-        // registering never changes a share, even for one listing.
+      } else if (hasRenewed(instance)) {
         ids.push(id);
       }
     }

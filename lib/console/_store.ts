@@ -8,6 +8,7 @@
  */
 
 import { type StoreDescription, storeName } from "../store/location.ts";
+import { hasRenewed } from "../store/registrations.ts";
 import type { Context } from "./command.ts";
 import { report } from "./_output.ts";
 
@@ -37,7 +38,7 @@ export async function warnWithoutServer(
   // A store that cannot list its servers warns of nothing.
   try {
     const listed = await ctx.store.instances();
-    if (listed.some((one) => !one.broken && one.acked >= 0n)) return;
+    if (listed.some(hasRenewed)) return;
   } catch {
     return;
   }

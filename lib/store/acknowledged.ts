@@ -6,7 +6,7 @@
  * @module
  */
 
-import { LEASE_MARGIN_MS, LEASE_MS, leaseOf } from "./registrations.ts";
+import { hasLapsed, LEASE_MARGIN_MS, LEASE_MS } from "./registrations.ts";
 import { bounded } from "../util/bounded.ts";
 import type { AcknowledgeReport, Lapsed } from "./change.ts";
 import type { KeyService } from "./keys.ts";
@@ -78,7 +78,7 @@ export async function awaitAcknowledgement(
   options: AcknowledgeOptions = {},
 ): Promise<AcknowledgeReport> {
   const returned = performance.now();
-  // No registration's lease counts as longer (leaseOf() below), so every
+  // No registration's lease counts as longer (leaseOf, in hasLapsed), so every
   // lease resting on a read older than the change has ended by then.
   const deadline = returned + LEASE_MS + LEASE_MARGIN_MS;
   let revision: bigint | null = options.revision ?? null;
@@ -137,16 +137,14 @@ export async function awaitAcknowledgement(
           continue;
         }
         waitedFor.add(instance.id);
-        const leaseMs = leaseOf(instance);
         const before = seen.get(instance.id);
         if (before === undefined || before.version !== instance.version) {
           seen.set(instance.id, { version: instance.version, since: now });
           pending.push(instance);
-        } else if (now - before.since >= leaseMs + LEASE_MARGIN_MS) {
-          // Not renewed for a whole lease: any lease it holds rests on a
-          // read older than that, so it has run out. Removed only at this
-          // version, so that the server, if alive, must register afresh and
-          // read the store before it answers from memory again.
+        } else if (hasLapsed(instance, { since: before.since, now })) {
+          // Removed only at this version, so that the server, if alive,
+          // must register afresh and read the store before it answers from
+          // memory again.
           await within(
             store.removeInstance(instance.id, { version: instance.version }),
             deadline,

@@ -16,6 +16,28 @@ export const LEASE_MS = 3000;
 export const LEASE_MARGIN_MS = 50;
 
 /**
+ * Seen at one version since `since` for a whole lease: any lease it holds
+ * rests on a read older than that, so it has run out, and the registration
+ * may be removed at that version (a renewal in between wins).
+ */
+export function hasLapsed(
+  instance: Pick<InstanceRecord, "leaseMs">,
+  times: { since: number; now: number },
+): boolean {
+  return times.now - times.since >= leaseOf(instance) + LEASE_MARGIN_MS;
+}
+
+/**
+ * Readable and renewed at least once: a server that may hold a lease. A
+ * start that failed right after registering never counts.
+ */
+export function hasRenewed(
+  instance: Pick<InstanceRecord, "broken" | "acked">,
+): boolean {
+  return !instance.broken && instance.acked >= 0n;
+}
+
+/**
  * The lease a registration claims, capped at LEASE_MS (as lib/auth/lease.ts
  * caps it), so no claim holds every change up.
  */
