@@ -34,7 +34,7 @@ import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import { counterOf } from "../store/records.ts";
 import type { BackgroundWrites } from "../util/background.ts";
-import { countOutcome } from "./telemetry.ts";
+import { type AuthOutcome, countOutcome } from "./telemetry.ts";
 import { allowedFrom, type UsageRecorder } from "../usage/networks.ts";
 import {
   API_KEY_HEADER,
@@ -100,14 +100,6 @@ export function createAuthenticator(
     });
   const retirements = new Retirements(store, { background, onError: logError });
 
-  const refuseLocked = (
-    counted: string,
-    route: string,
-  ): { ok: false; response: Response } => {
-    countOutcome("locked_out", route);
-    return { ok: false, response: lockedOut(lockout.retryAfter(counted)) };
-  };
-
   return {
     check(request, context) {
       const result = lookup.authenticate(request.headers.get(API_KEY_HEADER));
@@ -117,17 +109,13 @@ export function createAuthenticator(
         : decide(result, context);
     },
 
-    refuseKeyInUrl(candidates, { client, route }) {
-      const counted = lockoutKey(client);
-      if (lockout.retryAfter(counted) > 0) {
-        return refuseLocked(counted, route).response;
-      }
-      countOutcome("url_exposed", route);
-      noteLock(lockout.fail(counted), client);
-      // Started even without `background`, which `?.` would skip.
-      const write = noteExposure(candidates, client).catch(logError);
-      background?.track(write);
-      return keyInUrl();
+    refuseKeyInUrl(candidates, context) {
+      return refuseFailing(context, "url_exposed", () => {
+        // Started even without `background`, which `?.` would skip.
+        const write = noteExposure(candidates, context.client).catch(logError);
+        background?.track(write);
+        return keyInUrl();
+      });
     },
   };
 
@@ -196,22 +184,41 @@ export function createAuthenticator(
     reason: AuthFailure | "address",
     { client, route, keyId }: { client: string; route: string; keyId?: number },
   ): { ok: false; response: Response } {
+    const outcome = reason === "revoked" || reason === "expired"
+      ? "revoked"
+      : reason === "address"
+      ? "address_refused"
+      : "invalid";
+    const response = refuseFailing({ client, route }, outcome, () => {
+      if (keyId !== undefined) {
+        usage?.refused(keyId, client, now());
+        log?.({ msg: "key_refused_from_address", apiKeyId: keyId, client });
+      }
+      return unauthorized();
+    });
+    return { ok: false, response };
+  }
+
+  /**
+   * The one gate of a request that fails anyway: 429 while its client is
+   * locked; else `respond` (which runs only then), the failure counted
+   * toward the lock-out, and `outcome` counted.
+   */
+  function refuseFailing(
+    { client, route }: { client: string; route: string },
+    outcome: AuthOutcome,
+    respond: () => Response,
+  ): Response {
     const counted = lockoutKey(client);
-    if (lockout.retryAfter(counted) > 0) return refuseLocked(counted, route);
-    if (keyId !== undefined) {
-      usage?.refused(keyId, client, now());
-      log?.({ msg: "key_refused_from_address", apiKeyId: keyId, client });
+    const wait = lockout.retryAfter(counted);
+    if (wait > 0) {
+      countOutcome("locked_out", route);
+      return lockedOut(wait);
     }
+    const response = respond();
     noteLock(lockout.fail(counted), client);
-    countOutcome(
-      reason === "revoked" || reason === "expired"
-        ? "revoked"
-        : reason === "address"
-        ? "address_refused"
-        : "invalid",
-      route,
-    );
-    return { ok: false, response: unauthorized() };
+    countOutcome(outcome, route);
+    return response;
   }
 
   async function noteExposure(
