@@ -139,7 +139,7 @@ function withoutPort(entry: string): string {
   return v6 ? v6[1] : entry;
 }
 
-function normalize(address: string): string {
-  // Dual-stack sockets report IPv4 clients as ::ffff:a.b.c.d.
+/** An address as written by a socket, lower case; an IPv4 client of a dual-stack one as a.b.c.d. */
+export function normalize(address: string): string {
   return address.toLowerCase().replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, "$1");
 }

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { lockoutKey } from "../net/client_address.ts";
+import { lockoutKey, normalize } from "../net/client_address.ts";
 
 /** One connection's place in {@linkcode FairSlots}. */
 export interface Slot<C> {
@@ -36,8 +36,7 @@ interface _Slot<C> extends Slot<C> {
 
 /** The peer connections count under; IPv6 by its /64, one host's usual share, as lock-out does. */
 export function slotAddress(hostname: string): string {
-  // A dual-stack listener reports IPv4 peers as ::ffff:a.b.c.d.
-  return lockoutKey(hostname.replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, ""));
+  return lockoutKey(normalize(hostname));
 }
 
 /** Open connections by client address, and the policy that picks whom to close. */
