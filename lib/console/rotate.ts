@@ -90,11 +90,12 @@ export const rotate: Command = {
       throw await retiringRefusal(store, target);
     }
     // A line of rotated keys keeps at most two working: the key `target`
-    // replaced, still in its overlap, goes now. Said before it is asked.
-    const overlapped = overlappedPredecessor(
-      target,
-      target.rotatedFrom === null ? null : await store.get(target.rotatedFrom),
-    );
+    // replaced, still in its overlap, goes now. Said before it is asked; a
+    // script is never asked, and reads the retired key in the result.
+    const asked = ctx.values.yes !== true && ctx.interactive;
+    const overlapped = asked && target.rotatedFrom !== null
+      ? overlappedPredecessor(target, await store.get(target.rotatedFrom))
+      : null;
     await confirm({
       question: `Rotate key ${describe(target)}? ` +
         (overlap.overlapUntil

@@ -6,6 +6,7 @@
  */
 
 import { formatRate, parseRate } from "../auth/rate_limit.ts";
+import type { KeyRecord } from "../store/types.ts";
 import { normalizeAllowFrom } from "../store/usage_lists.ts";
 import { type Command, KEY_ARGUMENT, type OptionSpec } from "./command.ts";
 import { ConsoleError } from "./errors.ts";
@@ -77,9 +78,13 @@ export const update: Command = {
       );
     }
     let record = target;
-    const said = (set: { changed: boolean }, now: string, already: string) =>
+    const said = (
+      set: { changed: boolean; record: KeyRecord },
+      now: string,
+      already: string,
+    ) =>
       report(
-        `Key ${named(record)} ${
+        `Key ${named(set.record)} ${
           set.changed
             ? `${now} ${inStore(ctx)}, from the next request on.`
             : `${already} ${inStore(ctx)}; nothing changed.`
