@@ -174,6 +174,38 @@ export interface InstanceInfo {
   leaseMs: number;
   /** Every change up to this revision has been applied by the process. */
   acked: bigint;
+  /** The service version the process runs (lib/util/version.ts). */
+  release?: string;
+  /** What it served, as of its last renewal: for `keys status`. */
+  figures?: ServerFigures;
+}
+
+/** Counts of answers, over some span of time. */
+export interface TrafficFigures {
+  requests: number;
+  /** 200s of authenticated routes. */
+  ok: number;
+  /** 401s. */
+  unauthorized: number;
+  /** 429s of the lock-out. */
+  lockedOut: number;
+  /** 429s of a key's rate limit. */
+  rateLimited: number;
+  /** Distinct keys refused by their rate limit. */
+  rateLimitedKeys: number;
+}
+
+/**
+ * A server's figures, published with each lease renewal (no store write per
+ * request): never a key, hash or e-mail address.
+ */
+export interface ServerFigures {
+  /** When counted (ISO). */
+  at: string;
+  lastMinute: TrafficFigures;
+  sinceStart: TrafficFigures;
+  /** Addresses locked out now. */
+  lockedAddresses: number;
 }
 
 /** A registration as stored, with the version that moves on every write of it. */
