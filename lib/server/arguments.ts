@@ -50,6 +50,9 @@ const MEANINGS: Record<(typeof SERVER_VARIABLES)[number], string> = {
   MAX_CONNECTIONS: "open connections before the longest-idle is closed",
   REUSE_PORT: "1 to share HOST:PORT with other server processes",
   SOCKET_PATH: "listen on this Unix socket instead of HOST:PORT",
+  METRICS_PORT: "serve Prometheus /metrics on this port (unset: off)",
+  METRICS_HOST: "the address /metrics listens on (default 127.0.0.1)",
+  LEAKED_KEY_ACTION: "revoke or notify: what a reported leaked key gets",
 };
 
 /** The `--help` text: one line per variable, with its default and range. */

@@ -62,6 +62,10 @@ export interface Config {
     idleTimeoutSeconds: number;
     maxConnections: number;
   };
+  /** Where `/metrics` is served, on its own listener; null: not at all. */
+  metrics: { hostname: string; port: number } | null;
+  /** What a reported leak of a valid key does to it (POST /api/v1/keys/leaked). */
+  leakedKeyAction: "revoke" | "notify";
 }
 
 /** A bad configuration value; its message is meant for the operator as is. */
@@ -207,6 +211,7 @@ export const WHOLE_NUMBERS = {
   IDLE_TIMEOUT_SECONDS: { default: 30, min: 1, max: 3_600 },
   MAX_CONNECTIONS: { default: 900, min: 1, max: 1_000_000 },
   REUSE_PORT: { default: 0, min: 0, max: 1 },
+  METRICS_PORT: { default: 0, min: 0, max: 65_535 },
 } as const;
 
 export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
@@ -230,6 +235,13 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
       idleTimeoutSeconds: whole("IDLE_TIMEOUT_SECONDS"),
       maxConnections: whole("MAX_CONNECTIONS"),
     },
+    // Its own listener, on loopback unless told: metrics never share the
+    // integrators' port.
+    metrics: nonEmpty(env, "METRICS_PORT") === undefined ? null : {
+      hostname: hostname(env, "METRICS_HOST", "127.0.0.1"),
+      port: whole("METRICS_PORT"),
+    },
+    leakedKeyAction: leakedKeyAction(env),
   };
   const { windowSeconds, lockSeconds } = config.lockout;
   // A lock ending inside the window would let one more 401 through each time.
@@ -249,6 +261,14 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
     );
   }
   return config;
+}
+
+function leakedKeyAction(env: EnvReader): Config["leakedKeyAction"] {
+  const value = nonEmpty(env, "LEAKED_KEY_ACTION") ?? "revoke";
+  if (value === "revoke" || value === "notify") return value;
+  throw new ConfigError(
+    `LEAKED_KEY_ACTION must be revoke or notify, not ${JSON.stringify(value)}`,
+  );
 }
 
 function trustedProxies(env: EnvReader): Cidr[] {

@@ -35,6 +35,9 @@ export const SERVER_VARIABLES = [
   "MAX_CONNECTIONS",
   "REUSE_PORT",
   "SOCKET_PATH",
+  "METRICS_PORT",
+  "METRICS_HOST",
+  "LEAKED_KEY_ACTION",
 ] as const;
 
 /** The variables the console reads: the store's, and who is acting (for the audit log). */
@@ -71,6 +74,13 @@ export function serverGrants(config: Config): Grant[] {
       ]),
     ...storeGrants(config.store),
   ];
+  if (config.metrics !== null) {
+    grants.push({
+      kind: "net",
+      value: hostPort(config.metrics.hostname, config.metrics.port),
+      by: "METRICS_HOST and METRICS_PORT",
+    });
+  }
   if (config.tls) {
     grants.push(
       { kind: "read", value: config.tls.certFile, by: "TLS_CERT_FILE" },

@@ -30,6 +30,8 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
       idleTimeoutSeconds: 30,
       maxConnections: 900,
     },
+    metrics: null,
+    leakedKeyAction: "revoke",
   });
 });
 
@@ -269,5 +271,36 @@ Deno.test("a range with a leading zero in an IPv4 number is refused for the zero
       error.message.endsWith(
         '"010.0.0.5" is not one (leading zeros are not allowed, as 010 may be read as octal: write 10.0.0.5)',
       ),
+  );
+});
+
+Deno.test("readConfig() serves metrics only when METRICS_PORT is set, on loopback unless METRICS_HOST says otherwise", () => {
+  assert.equal(readConfig(env({})).metrics, null);
+  assert.deepEqual(readConfig(env({ METRICS_PORT: "9464" })).metrics, {
+    hostname: "127.0.0.1",
+    port: 9464,
+  });
+  assert.deepEqual(
+    readConfig(env({ METRICS_PORT: "9464", METRICS_HOST: "::1" })).metrics,
+    { hostname: "::1", port: 9464 },
+  );
+  assert.throws(
+    () => readConfig(env({ METRICS_PORT: "http" })),
+    (error: Error) =>
+      /^METRICS_PORT must be a whole number/.test(error.message),
+  );
+});
+
+Deno.test("readConfig() revokes a reported leaked key unless LEAKED_KEY_ACTION=notify, and refuses any other action", () => {
+  assert.equal(readConfig(env({})).leakedKeyAction, "revoke");
+  assert.equal(
+    readConfig(env({ LEAKED_KEY_ACTION: "notify" })).leakedKeyAction,
+    "notify",
+  );
+  assert.throws(
+    () => readConfig(env({ LEAKED_KEY_ACTION: "delete" })),
+    (error: Error) =>
+      error.message ===
+        'LEAKED_KEY_ACTION must be revoke or notify, not "delete"',
   );
 });
