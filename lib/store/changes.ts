@@ -264,24 +264,37 @@ function checkedRateLimit(limit: RateLimit | null): RateLimit | null {
   return checked;
 }
 
-/** Marks key `id` as seen in a URL, once; true when this call marked it. */
+/**
+ * Marks key `id` exposed; true when this call wrote an audit line. Seen in a
+ * URL: once. Reported: each report of a valid key is news (someone found it
+ * where anyone may), but the record keeps its first exposure.
+ */
 export async function exposeKey(
   draft: Quiet,
   id: number,
   options: ExposeOptions,
 ): Promise<boolean> {
   const current = await stored(draft, id);
-  if (current.exposedAt !== null) return false;
-  draft.update({
-    ...current,
-    exposedAt: draft.at.toISOString(),
-    exposedFrom: options.from,
-  });
+  const reported = options.source === "report";
+  // A key past its end is revoked, whether or not written so yet.
+  const valid = recordAt(current, draft.at.getTime()).status === "valid";
+  if (reported ? !valid : current.exposedAt !== null) {
+    return false;
+  }
+  if (current.exposedAt === null) {
+    draft.update({
+      ...current,
+      exposedAt: draft.at.toISOString(),
+      exposedFrom: options.from,
+    });
+  }
   draft.audit({
     action: "expose",
     keyId: id,
     actor: options.actor,
-    detail: AUDIT_DETAIL.expose(options.from),
+    detail: reported
+      ? AUDIT_DETAIL.reported(options.from)
+      : AUDIT_DETAIL.expose(options.from),
   });
   return true;
 }

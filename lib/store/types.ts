@@ -136,9 +136,17 @@ export interface RetireOptions extends ChangeOptions {
 }
 
 export interface ExposeOptions extends ChangeOptions {
-  /** The client address the key came from. */
+  /** The client address the key came from: the one that sent it in a URL, or reported it. */
   from: string;
+  /**
+   * How it came to light: sent in a URL (`url`, the default), or reported as
+   * found by anyone (`report`: POST /api/v1/keys/leaked).
+   */
+  source?: ExposureSource;
 }
+
+/** How a key came to be marked exposed; the audit line's actor and detail say it too. */
+export type ExposureSource = "url" | "report";
 
 /** One line of a backup: a key record or an audit line, in store order. */
 export type ExportItem =
@@ -306,7 +314,12 @@ export interface KeyStore extends InstanceRegistry {
   ): Promise<
     { record: KeyRecord | null; revision: bigint; authRevision: bigint }
   >;
-  /** Marks a key exposed in a URL, first exposure only (audited); true if this call did. */
+  /**
+   * Marks a key exposed, audited; true if this call wrote an audit line. Seen
+   * in a URL: the first exposure only. Reported: every report of a valid key
+   * is a line of its own (the record keeps its first exposure), none of a
+   * revoked one.
+   */
   markExposed(id: number, options: ExposeOptions): Promise<boolean>;
   /** Records when keys were last used. Best effort: no audit line, no revision. */
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
