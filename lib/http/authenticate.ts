@@ -34,7 +34,12 @@ import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import { counterOf } from "../store/records.ts";
 import type { BackgroundWrites } from "../util/background.ts";
-import { type AuthOutcome, countOutcome } from "./telemetry.ts";
+import {
+  type AuthCounts,
+  type AuthReason,
+  countOutcome,
+  OUTCOME_OF,
+} from "./telemetry.ts";
 import { allowedFrom, type UsageRecorder } from "../usage/networks.ts";
 import {
   API_KEY_HEADER,
@@ -65,6 +70,8 @@ export interface AuthenticatorOptions {
   rateLimiter?: RateLimiter;
   /** Without it this server enforces each whole limit, as if alone. */
   peers?: Pick<Peers, "count" | "share">;
+  /** The in-memory figures (lib/server/figures.ts). */
+  counts?: AuthCounts;
 }
 
 export interface Authenticator {
@@ -91,7 +98,7 @@ export function createAuthenticator(
   const now = options.now ?? Date.now;
   const lookup = new KeyLookup(store, { lease: options.lease, now });
   lookup.warm().catch(() => {});
-  const { lastUsed, usage, log, background, peers } = options;
+  const { lastUsed, usage, log, background, peers, counts } = options;
   const limiter = options.rateLimiter ?? new RateLimiter();
   const logError = (error: unknown) =>
     log?.({
@@ -147,7 +154,7 @@ export function createAuthenticator(
       });
       headers = rateLimitHeaders(limit, decision);
       if (!decision.ok) {
-        countOutcome("rate_limited", route);
+        count("rate_limited", route, record.id);
         return {
           ok: false,
           response: rateLimited(decision.retryAfterSeconds, headers),
@@ -172,7 +179,7 @@ export function createAuthenticator(
     { client, route }: { client: string; route: string },
     headers: [string, string][] | undefined,
   ): AuthDecision {
-    countOutcome("ok", route);
+    count("valid", route, record.id);
     const at = now();
     lastUsed?.used(record.id, at);
     usage?.used(record.id, lockoutKey(client), at);
@@ -184,11 +191,7 @@ export function createAuthenticator(
     reason: AuthFailure | "address",
     { client, route, keyId }: { client: string; route: string; keyId?: number },
   ): { ok: false; response: Response } {
-    const outcome = reason === "revoked" || reason === "expired"
-      ? "revoked"
-      : reason === "address"
-      ? "address_refused"
-      : "invalid";
+    const outcome = reason === "address" ? "refused_network" : reason;
     const response = refuseFailing({ client, route }, outcome, () => {
       if (keyId !== undefined) {
         usage?.refused(keyId, client, now());
@@ -206,19 +209,24 @@ export function createAuthenticator(
    */
   function refuseFailing(
     { client, route }: { client: string; route: string },
-    outcome: AuthOutcome,
+    outcome: AuthReason,
     respond: () => Response,
   ): Response {
     const counted = lockoutKey(client);
     const wait = lockout.retryAfter(counted);
     if (wait > 0) {
-      countOutcome("locked_out", route);
+      count("locked_out", route);
       return lockedOut(wait);
     }
     const response = respond();
     noteLock(lockout.fail(counted), client);
-    countOutcome(outcome, route);
+    count(outcome, route);
     return response;
+  }
+
+  function count(reason: AuthReason, route: string, keyId?: number): void {
+    countOutcome(OUTCOME_OF[reason], route);
+    counts?.outcome(reason, keyId);
   }
 
   async function noteExposure(
@@ -249,6 +257,7 @@ export function createAuthenticator(
 
   function noteLock(lock: LockEvent | null, client: string): void {
     if (!lock) return;
+    counts?.lockout(lock.scope);
     log?.({
       msg: "lockout",
       scope: lock.scope,

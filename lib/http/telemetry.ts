@@ -8,6 +8,7 @@
  * @module
  */
 
+import type { LockScope } from "../auth/lockout.ts";
 import { activeSpan, counter } from "../util/otel.ts";
 
 /** One per answer of an authenticated route or a URL refused. */
@@ -27,6 +28,44 @@ const outcomes = counter(
       "Authentication outcomes by route: ok, invalid, revoked, locked_out, url_exposed, address_refused",
   },
 );
+
+/**
+ * The API-key step's decision as the Prometheus figures tell it
+ * (lib/server/figures.ts): an `invalid` told apart as missing, malformed
+ * or unknown, a `revoked` as revoked or expired.
+ */
+export type AuthReason =
+  | "valid"
+  | "missing"
+  | "malformed"
+  | "unknown"
+  | "revoked"
+  | "expired"
+  | "refused_network"
+  | "locked_out"
+  | "rate_limited"
+  | "url_exposed";
+
+/** Each reason's coarser outcome, the one OpenTelemetry has always counted. */
+export const OUTCOME_OF: Readonly<Record<AuthReason, AuthOutcome>> = {
+  valid: "ok",
+  missing: "invalid",
+  malformed: "invalid",
+  unknown: "invalid",
+  revoked: "revoked",
+  expired: "revoked",
+  refused_network: "address_refused",
+  locked_out: "locked_out",
+  rate_limited: "rate_limited",
+  url_exposed: "url_exposed",
+};
+
+/** Hears each decision of the API-key step and each lock-out it starts. */
+export interface AuthCounts {
+  /** `keyId` for a valid key's answers (valid, rate limited). */
+  outcome(reason: AuthReason, keyId?: number): void;
+  lockout(scope: LockScope): void;
+}
 
 /** `unrouted` for no route. */
 export function countOutcome(outcome: AuthOutcome, route: string): void {

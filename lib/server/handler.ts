@@ -18,6 +18,7 @@ import type { Lease } from "../auth/lease.ts";
 import type { Peers } from "../auth/peers.ts";
 import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { KeyStore } from "../store/types.ts";
+import type { AuthCounts } from "../http/telemetry.ts";
 
 export type { Handler } from "../http/router.ts";
 
@@ -36,6 +37,8 @@ export interface HandlerOptions {
   background?: BackgroundWrites;
   peers?: Pick<Peers, "count" | "share">;
   rateLimiter?: RateLimiter;
+  /** Hears each outcome of the API-key step and each lock-out (lib/server/figures.ts). */
+  counts?: AuthCounts;
 }
 
 export function createHandler(
@@ -51,6 +54,7 @@ export function createHandler(
     background: options.background,
     peers: options.peers,
     rateLimiter: options.rateLimiter,
+    counts: options.counts,
   });
   return createRouter(routeTable({ store, now: options.now }), {
     authenticator,
