@@ -5,7 +5,8 @@
  *
  * Exit codes: 0 done, 1 the command failed (unknown key, name taken, store
  * unavailable, a confirmation answered no), 2 the command line was wrong,
- * 3 a change was made but Ctrl-C ended the wait for servers to confirm it.
+ * 3 a change was made but Ctrl-C ended the wait for servers to confirm it,
+ * or `status` found no live server.
  * With `--json`, stdout carries exactly one JSON value, a failure's too
  * (`{"error":{"code","message"}}`, the code from lib/console/errors.ts);
  * every message goes to stderr.
@@ -48,8 +49,12 @@ import {
   variableGrants,
 } from "./lib/server/permissions.ts";
 
-/** Commands that take the store as it is: a backup holds lifetimes as they stand. */
-const NO_RETIRING = new Set(["export", "import"]);
+/**
+ * Commands that take the store as it is: a backup holds lifetimes as they
+ * stand, and status only reads (a retirement's wait would remove the lapsed
+ * registrations it shows).
+ */
+const NO_RETIRING = new Set(["export", "import", "status"]);
 
 /** Options of {@linkcode main}. */
 export interface MainOptions {
@@ -143,10 +148,10 @@ export async function main(
       },
     });
     if (!NO_RETIRING.has(parsed.name)) await retireDue(store);
-    await parsed.command.run(
+    const code = await parsed.command.run(
       commandContext(store, parsed, { out, where: describeStore(location) }),
     );
-    return 0;
+    return code ?? 0;
   } catch (error) {
     // What a failed command queued is incomplete: only its message goes out.
     out.discard();

@@ -21,10 +21,12 @@
 import { LEASE_MS } from "../store/registrations.ts";
 export { LEASE_MS };
 import { Coalesced } from "../util/coalesce.ts";
+import { VERSION } from "../util/version.ts";
 import type {
   InstanceInfo,
   InstanceRegistry,
   KeyChanges,
+  ServerFigures,
 } from "../store/types.ts";
 
 const POLL_MS = 100;
@@ -37,6 +39,11 @@ export interface LeaseOptions {
   pollMs?: number;
   /** Hears when the lease is lost or regained. */
   log?: (fields: Record<string, unknown>) => void;
+  /**
+   * What this server served so far, written with each renewal (about every
+   * half lease) for `keys status`: never a write of its own.
+   */
+  figures?: () => ServerFigures;
 }
 
 export type ApplyChanges = (changes: KeyChanges) => Promise<void> | void;
@@ -55,6 +62,7 @@ export class Lease {
   #leaseMs: number;
   #pollMs: number | undefined;
   #log?: LeaseOptions["log"];
+  #figures?: LeaseOptions["figures"];
   #subscribers: ApplyChanges[] = [];
   #applied = -1n;
   #sync: Coalesced<Read>;
@@ -80,6 +88,7 @@ export class Lease {
     }
     this.#pollMs = options.pollMs;
     this.#log = options.log;
+    this.#figures = options.figures;
     this.#sync = new Coalesced(() => this.#read());
   }
 
@@ -196,6 +205,8 @@ export class Lease {
         startedAt: new Date().toISOString(),
         leaseMs: this.#leaseMs,
         acked: -1n,
+        release: VERSION,
+        ...this.#published(),
       };
       this.#version = await this.#store.registerInstance(info);
       this.#info = info;
@@ -209,7 +220,7 @@ export class Lease {
     const due = info.acked < this.#applied ||
       this.#until - performance.now() < this.#leaseMs / 2;
     if (!due) return;
-    const next = { ...info, acked: this.#applied };
+    const next = { ...info, acked: this.#applied, ...this.#published() };
     const renewed = await this.#store.renewInstance(next, version);
     if (renewed === null) return this.#removed();
     this.#info = next;
@@ -217,6 +228,16 @@ export class Lease {
     // From the read's start, not from now: a change committed after the
     // read began may be one this process has not seen.
     if (this.#running) this.#until = started + this.#leaseMs;
+  }
+
+  /** The figures to write with a registration, if any can be read. */
+  #published(): Pick<InstanceInfo, "figures"> {
+    try {
+      return this.#figures ? { figures: this.#figures() } : {};
+    } catch {
+      // Only `keys status` misses them; the lease must not.
+      return {};
+    }
   }
 
   /** The registration is gone: no lease, and register afresh at once. */

@@ -32,8 +32,12 @@ export interface Command {
    * (and nothing else on disk besides the store).
    */
   files?(positionals: string[]): { read?: string[]; write?: string[] };
-  /** Does the work; throws a ConsoleError to fail. */
-  run(ctx: Context): Promise<void>;
+  /**
+   * Does the work; throws a ConsoleError to fail. Returns the exit code of
+   * an outcome a script must tell apart (`status` with no live server), else
+   * nothing: 0.
+   */
+  run(ctx: Context): Promise<void | number>;
 }
 
 /** Everything a command runs with; built once per invocation by admin.ts. */

@@ -13,6 +13,7 @@ import { list } from "./list.ts";
 import { revoke } from "./revoke.ts";
 import { rotate } from "./rotate.ts";
 import { show } from "./show.ts";
+import { status } from "./status.ts";
 import { update } from "./update.ts";
 
 export const COMMANDS: Readonly<Record<string, Command>> = {
@@ -26,4 +27,5 @@ export const COMMANDS: Readonly<Record<string, Command>> = {
   audit,
   export: exportCommand,
   import: importCommand,
+  status,
 };

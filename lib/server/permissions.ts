@@ -73,6 +73,7 @@ export function serverGrants(config: Config): Grant[] {
         { kind: "write" as const, value: config.socketPath, by: "SOCKET_PATH" },
       ]),
     ...storeGrants(config.store),
+    { kind: "sys", value: "hostname", by: "keys status" },
   ];
   if (config.metrics !== null) {
     grants.push({

@@ -7,7 +7,12 @@
  */
 
 import type { StoredInstance } from "./backend.ts";
-import type { InstanceInfo, InstanceRecord } from "./types.ts";
+import type {
+  InstanceInfo,
+  InstanceRecord,
+  ServerFigures,
+  TrafficFigures,
+} from "./types.ts";
 
 /** A lease's length unless set, and the longest one counts as: a change's longest wait. */
 export const LEASE_MS = 3000;
@@ -51,8 +56,13 @@ export function leaseOf(instance: Pick<InstanceRecord, "leaseMs">): number {
 /** The longest host name a registration may carry (RFC 1035's 255). */
 const HOST_MAX = 255;
 
+/** The longest release a registration may carry (deno.json's `version`). */
+const RELEASE_MAX = 64;
+
 /**
- * Registration `id` at `version`, read from `stored` as a backend found it. One that cannot
+ * Registration `id` at `version`, read from `stored` as a backend found it.
+ * `release` and `figures` only inform `keys status`: one malformed reads as
+ * absent, and the registration stays whole. One that cannot
  * be read is marked `broken`: it owes every change (acked -1), claims no
  * lease of its own, and so is removed as lapsed by the next change that
  * waits a lease for it, as a silent server would be.
@@ -90,7 +100,69 @@ export function readRegistration(
     startedAt,
     leaseMs: fields.leaseMs,
     acked,
+    ...optional("release", release(fields.release)),
+    ...optional("figures", figures(fields.figures)),
   };
+}
+
+/** `{[name]: value}`, or nothing for null: absent, not undefined. */
+function optional<K extends string, V>(
+  name: K,
+  value: V | null,
+): { [_ in K]?: V } {
+  return value === null ? {} : { [name]: value } as { [_ in K]: V };
+}
+
+/** A release as stored: printable text of at most RELEASE_MAX characters, or null. */
+function release(value: unknown): string | null {
+  return typeof value === "string" && value.length > 0 &&
+      value.length <= RELEASE_MAX && /^[\x21-\x7e]+$/.test(value)
+    ? value
+    : null;
+}
+
+const TRAFFIC_FIELDS: readonly (keyof TrafficFigures)[] = [
+  "requests",
+  "ok",
+  "unauthorized",
+  "lockedOut",
+  "rateLimited",
+  "rateLimitedKeys",
+];
+
+/** Figures as stored, every count a whole number from 0, or null. */
+function figures(value: unknown): ServerFigures | null {
+  if (typeof value !== "object" || value === null) return null;
+  const fields = value as Record<keyof ServerFigures, unknown>;
+  const at = instant(fields.at);
+  const lastMinute = traffic(fields.lastMinute);
+  const sinceStart = traffic(fields.sinceStart);
+  if (
+    at === null || lastMinute === null || sinceStart === null ||
+    !isCount(fields.lockedAddresses)
+  ) return null;
+  return {
+    at,
+    lastMinute,
+    sinceStart,
+    lockedAddresses: fields.lockedAddresses,
+  };
+}
+
+function traffic(value: unknown): TrafficFigures | null {
+  if (typeof value !== "object" || value === null) return null;
+  const fields = value as Record<keyof TrafficFigures, unknown>;
+  const read = {} as TrafficFigures;
+  for (const name of TRAFFIC_FIELDS) {
+    const count = fields[name];
+    if (!isCount(count)) return null;
+    read[name] = count;
+  }
+  return read;
+}
+
+function isCount(value: unknown): value is number {
+  return Number.isSafeInteger(value) && (value as number) >= 0;
 }
 
 /** A registration as stored: the revision as text, which every database holds alike. */

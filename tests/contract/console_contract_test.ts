@@ -81,7 +81,7 @@ type Shape =
 interface Row {
   args: string[];
   /** The exit code docs/console.md gives for the case. */
-  exit: 0 | 1 | 2;
+  exit: 0 | 1 | 2 | 3;
   /** For a failure: the error code of `{"error":{"code","message"}}`. */
   error?: string;
   /** For a success: the shape of the one JSON value. */
@@ -335,6 +335,13 @@ function rows(key: { identify: () => string }): Row[] {
     // A fresh store: what an empty one answers.
     { args: ["list"], fresh: true, exit: 0, shape: { array: "empty" } },
     { args: ["audit"], fresh: true, exit: 0, shape: { array: "empty" } },
+    // No server runs on it: status says so with its exit code, its value whole.
+    {
+      args: ["status"],
+      fresh: true,
+      exit: 3,
+      shape: { object: ["store", "revision", "live", "servers", "figures"] },
+    },
   ];
 }
 
