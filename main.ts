@@ -105,6 +105,7 @@ export async function serve(): Promise<void> {
     logRequest: (line) => log.request(line),
     lease,
     peers,
+    leakedKeyAction: config.leakedKeyAction,
   });
   const onListen = (addr: Deno.NetAddr | Deno.UnixAddr) => {
     if ("path" in addr) {

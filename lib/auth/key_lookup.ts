@@ -87,7 +87,15 @@ export class KeyLookup {
     if (header === null || header === "") return MISSING;
     // A repeated header arrives folded as "a, b" and fails here too.
     if (!isWellFormedApiKey(header)) return MALFORMED;
-    const hash = hashApiKey(header);
+    return this.byHash(hashApiKey(header));
+  }
+
+  /**
+   * What a request with the key of this hash would meet, with no format check
+   * first: for found values (lib/auth/leak_reports.ts), each hashed alike
+   * whatever its shape.
+   */
+  byHash(hash: string): AuthResult | Promise<AuthResult> {
     if (!this.#lease.held) return this.#authenticateLate(hash);
     // An invented key stops here, at the cost of a hash and a Set lookup.
     const known = this.#index.mayExist(hash, this.#lease.applied);

@@ -90,10 +90,28 @@ export interface Authenticator {
   ): Response;
 }
 
+/**
+ * What a route that takes no key but counts each request as a failing
+ * client's needs of this step: the leaked key report (lib/routes/leaked.ts).
+ */
+export interface FailingGate {
+  /**
+   * 429 while the client is locked out; else `respond` (run only then), the
+   * request counted toward the lock-out as a failure, and `outcome` counted.
+   */
+  refuseFailing(
+    context: { client: string; route: string },
+    outcome: AuthReason,
+    respond: () => Response,
+  ): Response;
+  /** What a request with the key of this hash would meet (KeyLookup.byHash). */
+  lookUpHash(hash: string): AuthResult | Promise<AuthResult>;
+}
+
 export function createAuthenticator(
   store: KeyStore,
   options: AuthenticatorOptions = {},
-): Authenticator {
+): Authenticator & FailingGate {
   const lockout = options.lockout ?? new LockoutTracker(DEFAULT_LOCKOUT);
   const now = options.now ?? Date.now;
   const lookup = new KeyLookup(store, { lease: options.lease, now });
@@ -124,6 +142,8 @@ export function createAuthenticator(
         return keyInUrl();
       });
     },
+    refuseFailing,
+    lookUpHash: (hash) => lookup.byHash(hash),
   };
 
   function decide(

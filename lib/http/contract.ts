@@ -27,8 +27,18 @@ export interface OperationContract {
   operationId: string;
   summary: string;
   description: string;
+  /** The JSON body it takes, if any: its 400 then also answers a body it cannot take. */
+  requestBody?: RequestBodyContract;
   /** The router's answers are added to them. */
   responses: Record<number, ResponseContract>;
+}
+
+/** A required `application/json` request body; its schema is named under `components/schemas`. */
+export interface RequestBodyContract {
+  description: string;
+  name: string;
+  schema: Schema | ListSchema;
+  examples?: Record<string, { summary?: string; value: unknown }>;
 }
 
 /** What a route says about itself in `openapi.json`. */
@@ -41,6 +51,14 @@ export interface RouteContract {
   tag: string;
   /** One entry per method of the route's `methods`, and no other. */
   operations: Partial<Record<Method, OperationContract>>;
+}
+
+/** A JSON list, as a request body may be (no answer is one). */
+export interface ListSchema {
+  readonly type: "array";
+  readonly description?: string;
+  readonly items: Schema;
+  readonly maxItems?: number;
 }
 
 export type DocumentedRoute = Route & { contract: RouteContract };
@@ -138,8 +156,9 @@ export function openApiDocument(
 /** The statuses a route's operation documents: its own and the router's. */
 function operationResponses(
   route: Route,
-  own: Record<number, ResponseContract>,
+  operation: OperationContract,
 ): Record<number, ResponseContract> {
+  let own = operation.responses;
   if (route.auth === "api_key") {
     // Every answer the route gives went through the API-key step, and
     // carries the key's rate limit when it has one.
@@ -154,9 +173,14 @@ function operationResponses(
       }]),
     );
   }
+  // An operation that takes a body answers one it cannot take with the
+  // router's 400, told apart by its code.
+  const router = operation.requestBody === undefined
+    ? ROUTER_RESPONSES
+    : { ...ROUTER_RESPONSES, 400: DOCUMENTED.badRequest };
   const added = route.auth === "api_key"
-    ? { ...ROUTER_RESPONSES, ...API_KEY_RESPONSES }
-    : ROUTER_RESPONSES;
+    ? { ...router, ...API_KEY_RESPONSES }
+    : router;
   for (const status of Object.keys(own)) {
     if (status in added) {
       throw new ContractError(
@@ -224,13 +248,28 @@ function pathItem(
   };
   for (const method of answered) {
     const operation = contract.operations[method]!;
-    const responses = operationResponses(route, operation.responses);
+    const responses = operationResponses(route, operation);
+    const body = operation.requestBody;
     item[method.toLowerCase()] = {
       ...common,
       operationId: operation.operationId,
       summary: operation.summary,
       description: operation.description,
       ...security,
+      ...(body === undefined ? {} : {
+        requestBody: {
+          description: body.description,
+          required: true,
+          content: {
+            "application/json": {
+              schema: components.schema(body.name, body.schema),
+              ...(body.examples === undefined
+                ? {}
+                : { examples: body.examples }),
+            },
+          },
+        },
+      }),
       responses: refs(responses),
     };
     if (method !== "GET") continue;
@@ -313,7 +352,7 @@ class Components {
     return rendered;
   }
 
-  schema(name: string, schema: Schema): { $ref: string } {
+  schema(name: string, schema: Schema | ListSchema): { $ref: string } {
     this.#add(this.schemas, name, schema);
     return { $ref: `#/components/schemas/${name}` };
   }

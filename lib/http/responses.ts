@@ -82,6 +82,11 @@ export function keyInUrl(): Response {
   return json(400, KEY_IN_URL_BODY);
 }
 
+/** A body the operation cannot take; `message` says what it must be, never what it held. */
+export function invalidBody(message: string): Response {
+  return json(400, { error: "invalid_body", message });
+}
+
 export function notFound(): Response {
   return json(404, NOT_FOUND_BODY);
 }
@@ -238,6 +243,25 @@ export const DOCUMENTED = {
           summary: "A valid key past its rate limit",
           value: RATE_LIMITED_BODY,
         },
+      },
+    },
+  },
+  badRequest: {
+    name: "BadRequest",
+    description:
+      "The request was refused without being acted on. Branch on the body's `error`:\n\n- `invalid_body`: the body is not what the operation takes (its media type, size, encoding or shape); `message` says what it must be. Fix the request rather than retry it as it is.\n- `key_in_url`: the URL (its authority, path or query string) carries a credential, such as an API key. Send the key in the `X-API-Key` header only; a key that has been in a URL may sit in proxy and server logs: have it revoked and use a new one.",
+    body: {
+      name: "Error",
+      schema: ERROR_SCHEMA,
+      examples: {
+        invalidBody: {
+          summary: "A body the operation cannot take",
+          value: {
+            error: "invalid_body",
+            message: "Send a JSON list of at most 100 strings",
+          },
+        },
+        keyInUrl: { summary: "A key in the URL", value: KEY_IN_URL_BODY },
       },
     },
   },

@@ -11,7 +11,7 @@
 import type { LockScope } from "../auth/lockout.ts";
 import { activeSpan, counter } from "../util/otel.ts";
 
-/** One per answer of an authenticated route or a URL refused. */
+/** One per answer of an authenticated route, a URL refused or a leak report. */
 export type AuthOutcome =
   | "ok"
   | "invalid"
@@ -19,13 +19,14 @@ export type AuthOutcome =
   | "locked_out"
   | "url_exposed"
   | "address_refused"
-  | "rate_limited";
+  | "rate_limited"
+  | "leak_reported";
 
 const outcomes = counter(
   "integration.auth.outcomes",
   {
     description:
-      "Authentication outcomes by route: ok, invalid, revoked, locked_out, url_exposed, address_refused",
+      "Authentication outcomes by route: ok, invalid, revoked, locked_out, url_exposed, address_refused, rate_limited, leak_reported",
   },
 );
 
@@ -44,7 +45,8 @@ export type AuthReason =
   | "refused_network"
   | "locked_out"
   | "rate_limited"
-  | "url_exposed";
+  | "url_exposed"
+  | "leak_reported";
 
 /** Each reason's coarser outcome, the one OpenTelemetry has always counted. */
 export const OUTCOME_OF: Readonly<Record<AuthReason, AuthOutcome>> = {
@@ -58,6 +60,7 @@ export const OUTCOME_OF: Readonly<Record<AuthReason, AuthOutcome>> = {
   locked_out: "locked_out",
   rate_limited: "rate_limited",
   url_exposed: "url_exposed",
+  leak_reported: "leak_reported",
 };
 
 /** Hears each decision of the API-key step and each lock-out it starts. */

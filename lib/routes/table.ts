@@ -9,9 +9,12 @@ import type { DocumentedRoute } from "../http/contract.ts";
 import type { KeyStore } from "../store/types.ts";
 import { connectionRoute } from "./connection.ts";
 import { healthRoutes } from "./health.ts";
+import { type LeakedKeysDependencies, leakedKeysRoute } from "./leaked.ts";
 
 export interface RouteDependencies {
   store: Pick<KeyStore, "revision">;
+  /** The lock-out gate and the report's work, for the leaked key report. */
+  leaks: LeakedKeysDependencies;
   now?: () => Date;
 }
 
@@ -20,6 +23,7 @@ export function routeTable(dependencies: RouteDependencies): DocumentedRoute[] {
   return [
     connectionRoute({ now: dependencies.now }),
     ...healthRoutes(dependencies.store),
+    leakedKeysRoute(dependencies.leaks),
   ];
 }
 
@@ -29,6 +33,14 @@ export function documentedRoutes(): DocumentedRoute[] {
     store: {
       revision: () =>
         Promise.reject(new Error("documentedRoutes() has no store")),
+    },
+    leaks: {
+      refuseFailing: () => {
+        throw new Error("documentedRoutes() has no lock-out");
+      },
+      report: () => {
+        throw new Error("documentedRoutes() takes no report");
+      },
     },
   });
 }

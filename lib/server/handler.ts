@@ -18,6 +18,7 @@ import type { Lease } from "../auth/lease.ts";
 import type { Peers } from "../auth/peers.ts";
 import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { KeyStore } from "../store/types.ts";
+import { type LeakedKeyAction, LeakReports } from "../auth/leak_reports.ts";
 import type { AuthCounts } from "../http/telemetry.ts";
 
 export type { Handler } from "../http/router.ts";
@@ -37,6 +38,8 @@ export interface HandlerOptions {
   background?: BackgroundWrites;
   peers?: Pick<Peers, "count" | "share">;
   rateLimiter?: RateLimiter;
+  /** LEAKED_KEY_ACTION: what a valid key reported as leaked gets; default `revoke`. */
+  leakedKeyAction?: LeakedKeyAction;
   /** Hears each outcome of the API-key step and each lock-out (lib/server/figures.ts). */
   counts?: AuthCounts;
 }
@@ -56,7 +59,21 @@ export function createHandler(
     rateLimiter: options.rateLimiter,
     counts: options.counts,
   });
-  return createRouter(routeTable({ store, now: options.now }), {
+  const reports = new LeakReports(store, {
+    lookUp: authenticator.lookUpHash,
+    action: options.leakedKeyAction,
+    background: options.background,
+    log: options.log,
+  });
+  const leaks = {
+    refuseFailing: (
+      context: { client: string; route: string },
+      respond: () => Response,
+    ) => authenticator.refuseFailing(context, "leak_reported", respond),
+    report: (values: readonly string[], client: string) =>
+      reports.report(values, client),
+  };
+  return createRouter(routeTable({ store, leaks, now: options.now }), {
     authenticator,
     trustedProxies: options.trustedProxies,
     retryAfterSeconds: options.retryAfterSeconds,

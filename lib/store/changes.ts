@@ -281,13 +281,15 @@ export async function exposeKey(
   if (reported ? !valid : current.exposedAt !== null) {
     return false;
   }
-  if (current.exposedAt === null) {
-    draft.update({
+  // Written even unchanged: a change commits by its writes, never by its
+  // audit lines alone.
+  draft.update(
+    current.exposedAt !== null ? current : {
       ...current,
       exposedAt: draft.at.toISOString(),
       exposedFrom: options.from,
-    });
-  }
+    },
+  );
   draft.audit({
     action: "expose",
     keyId: id,

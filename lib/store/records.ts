@@ -157,9 +157,11 @@ export const AUDIT_DETAIL = {
       : Number(id);
   },
   expose: (from: string): string => `sent in a URL from ${from}; rotate it`,
-  /** A report's detail; the actor of its line is {@linkcode AUDIT_DETAIL.reporter}. */
+  /** A report's expose line. */
   reported: (from: string): string =>
     `reported as leaked from ${from}; rotate it`,
+  /** A report's revocation. */
+  reportedReason: (from: string): string => `reported as leaked from ${from}`,
   /** The actor of a report's audit lines, its exposure and its revocation alike. */
   reporter: (from: string): string => `report from ${from}`,
   /** The reason of a key in an overlap retired because its replacement was rotated. */
