@@ -40,6 +40,9 @@ import { serveOnSocket, SocketPathError } from "./lib/server/socket.ts";
 import { acknowledged } from "./lib/store/acknowledged.ts";
 import { StoreOpenError, StoreUnavailableError } from "./lib/store/errors.ts";
 import { counted } from "./lib/store/counted.ts";
+import { Figures } from "./lib/server/figures.ts";
+import { serveMetrics } from "./lib/server/metrics.ts";
+import { documentedRoutes } from "./lib/routes/table.ts";
 import { openStore } from "./lib/store/open.ts";
 import { UsageRecorder } from "./lib/usage/networks.ts";
 
@@ -72,10 +75,21 @@ export async function serve(): Promise<void> {
     cert: await Deno.readTextFile(config.tls.certFile),
     key: await Deno.readTextFile(config.tls.keyFile),
   };
-  // Counted, so that what the traffic costs the store can be seen.
-  const opened = counted(await openStore(config.store));
+  // Counted, so that what the traffic costs the store can be seen; timed
+  // only for /metrics.
+  const opened = counted(await openStore(config.store), {
+    timed: config.metrics
+      ? (method, seconds) => figures.storeCall(method, seconds)
+      : undefined,
+  });
   const lease = new Lease(opened.store, {
     log: (fields) => log.write(fields),
+    figures: () => figures.snapshot(),
+  });
+  const figures: Figures = new Figures({
+    routes: documentedRoutes().map((route) => route.path),
+    lockSeconds: config.lockout.lockSeconds,
+    lease,
   });
   // A change this server makes (a retirement) waits for every server's
   // acknowledgement, its own included, which the poke hurries.
@@ -102,10 +116,14 @@ export async function serve(): Promise<void> {
     lockout: new LockoutTracker(config.lockout),
     trustedProxies: config.trustedProxies,
     log: (fields) => log.write(fields),
-    logRequest: (line) => log.request(line),
+    logRequest: (line) => {
+      figures.request(line);
+      log.request(line);
+    },
     lease,
     peers,
     leakedKeyAction: config.leakedKeyAction,
+    counts: figures,
   });
   const onListen = (addr: Deno.NetAddr | Deno.UnixAddr) => {
     if ("path" in addr) {
@@ -129,6 +147,17 @@ export async function serve(): Promise<void> {
       reusePort: config.reusePort,
     }).close();
   }
+  const metrics = config.metrics &&
+    serveMetrics(() => figures.read(), {
+      ...config.metrics,
+      onListen: ({ hostname, port }) => {
+        const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+        log.write({
+          msg: "metrics_listening",
+          address: `http://${host}:${port}/metrics`,
+        });
+      },
+    });
   try {
     // Registered and holding a lease before the first request, if the store
     // answers; if not, requests read the store until it does.
@@ -171,6 +200,7 @@ export async function serve(): Promise<void> {
     // no share counts it.
     await lease.stop();
     await peers.stop();
+    await metrics?.shutdown();
   }
   // A key marked exposed or found expired by the last requests is written
   // down before the store closes (each write is bounded by the store's own
@@ -246,7 +276,7 @@ function startFailure(error: unknown): string {
     return `A file the configuration names does not exist: ${error.message}; check TLS_CERT_FILE and TLS_KEY_FILE`;
   }
   if (error instanceof Deno.errors.AddrInUse) {
-    return `The address is already in use: ${error.message}; stop the other server or set PORT`;
+    return `The address is already in use: ${error.message}; stop the other server or set PORT (METRICS_PORT for /metrics)`;
   }
   if (error instanceof SocketPathError) {
     return `The server could not start: ${error.message}`;
