@@ -422,7 +422,9 @@ Deno.test("every npx command in the README and the docs puts -- before deno, so 
 Deno.test("integrators.md's API at a glance lists exactly the route table's routes, each with its authentication", () => {
   const section = read("docs/integrators.md").split("## The API at a glance")[1]
     .split("\n## ")[0];
-  const rows = [...section.matchAll(/^\| `GET (\/[^`]*)` +\| ([^|]+?) +\|/gm)]
+  const rows = [
+    ...section.matchAll(/^\| `(?:GET|POST) (\/[^`]*)` +\| ([^|]+?) +\|/gm),
+  ]
     .map(([, path, auth]) => [path, auth === "none" ? "none" : "api_key"]);
   const table = ROUTES.map((route) => [route.path, route.auth]);
   assert.deepEqual(
