@@ -20,10 +20,10 @@ import {
 import { type Column, fitColumns, headingLine, rowLine } from "./_table.ts";
 
 /** The exit code when no server is live: the table's 3, for a cron job to alert on. */
-export const NO_LIVE_SERVER_EXIT = 3;
+const NO_LIVE_SERVER_EXIT = 3;
 
 /** Figures of every live server that published some, added up. */
-export interface InstallationFigures {
+interface InstallationFigures {
   /** Live servers whose figures these are. */
   servers: number;
   lastMinute: TrafficFigures;
@@ -111,7 +111,7 @@ const TRAFFIC: Record<keyof TrafficFigures, string> = {
 };
 
 /** The figures of `live` servers summed; each counts only its own clients and keys. */
-export function installationFigures(
+function installationFigures(
   live: Pick<ServerLine, "figures">[],
 ): InstallationFigures {
   const zero = () =>
