@@ -12,7 +12,9 @@
  * connections, with 1, 10 000 and 100 000 keys in the store, the rows of one
  * connection count alternating. Each row is compared with (a), or (g)
  * behind nginx, at the same connections in the same store block, so the
- * ratios hold on any machine; (b) is also compared with (f).
+ * ratios hold on any machine; (b) is also compared with (f), and with (j)
+ * a valid key on a second server of the same store started with
+ * METRICS_PORT, its /metrics scraped every second (issue 31: ≥ 95%).
  *
  * The server is the real one, started from the `start` task: request log
  * on (drained through a pipe, as a log collector would), lock-out on with a
@@ -117,6 +119,8 @@ const NO_AUTH_PORT = 18902;
 /** Issue 21's targets. */
 const TARGET_VS_BARE = 0.75;
 const TARGET_VS_NO_AUTH = 0.9;
+/** Issue 31's: valid-key throughput with METRICS_PORT set, against without. */
+const TARGET_WITH_METRICS = 0.95;
 const TARGET_RSS_MB = 80;
 const TARGET_RSS_KEYS = 10_000;
 
@@ -312,6 +316,20 @@ async function main(): Promise<number> {
         "start",
         { keepOutput: false },
       );
+      // The same server with /metrics, scraped far more often than
+      // Prometheus's default of 15 s.
+      await using metricsServer = await startServer(
+        dir.path,
+        { LOCKOUT_MAX_FAILURES: "1000000000", METRICS_PORT: "0", ...store.env },
+        "start",
+        { keepOutput: false },
+      );
+      const [, metricsUrl] = await metricsServer.waitForOutput(
+        /"msg":"metrics_listening","address":"([^"]+)"/,
+      );
+      const scraper = setInterval(() => {
+        fetch(metricsUrl).then((r) => r.text()).catch(() => {});
+      }, 1000);
       let peak = await rssBytes(server.process.pid);
       let socketPeak = 0;
       let socketServer: ServerProcess | undefined;
@@ -327,6 +345,11 @@ async function main(): Promise<number> {
       const scenarios: [string, string | undefined, string][] = [
         ["(a) bare Deno.serve", undefined, `http://127.0.0.1:${BARE_PORT}/`],
         ["(b) valid key", valid, server.url + ROUTE],
+        [
+          "(j) valid key, METRICS_PORT set and scraped every second",
+          valid,
+          metricsServer.url + ROUTE,
+        ],
         [
           "(i) valid key with a rate limit (never reached)",
           limited,
@@ -383,7 +406,7 @@ async function main(): Promise<number> {
           rows.push({ keys: size, scenario, connections, ...result });
           // The bare and no-auth servers' requests cost the store nothing;
           // rows (h) are the socket server's, not this one's.
-          if (!/^\((a|f|g|h)\)/.test(scenario)) {
+          if (!/^\((a|f|g|h|j)\)/.test(scenario)) {
             requests += warmUp.requests + result.requests;
           }
           console.error(
@@ -410,6 +433,7 @@ async function main(): Promise<number> {
         );
       }
       clearInterval(sampler);
+      clearInterval(scraper);
       peaks.set(size, peak);
       if (socketServer !== undefined) socketPeaks.set(size, socketPeak);
       // Its last log line counts its store calls: the whole block's.
@@ -578,6 +602,19 @@ function targets(
           `valid key p99 ≤ 1.5 × bare's at 32 connections, ${where} (${keys} keys)`,
           `${fmt(row.p99)} ms = ${fmt(ratio)} × ${fmt(base.p99)} ms`,
           ratio <= 1.5,
+        );
+      }
+    }
+    for (const c of [1, 32, 128]) {
+      const row = pick("(b)", c, keys);
+      const metricsRow = pick("(j)", c, keys);
+      if (row && metricsRow) {
+        check(
+          `valid key with METRICS_PORT set ≥ ${
+            percent(TARGET_WITH_METRICS)
+          } of without at ${plural(c)} (${keys} keys)`,
+          percent(metricsRow.rps / row.rps),
+          metricsRow.rps / row.rps >= TARGET_WITH_METRICS,
         );
       }
     }
