@@ -45,6 +45,7 @@ import { serveMetrics } from "./lib/server/metrics.ts";
 import { documentedRoutes } from "./lib/routes/table.ts";
 import { openStore } from "./lib/store/open.ts";
 import { UsageRecorder } from "./lib/usage/networks.ts";
+import { WebhookSender } from "./lib/webhooks/sender.ts";
 
 /** The start task's own flags, for the command a refusal prints. */
 const RUN_FLAGS = ["-q", "--no-prompt", "--env-file"];
@@ -103,6 +104,12 @@ export async function serve(): Promise<void> {
     log: (fields) => log.write(fields),
   });
   const background = new BackgroundWrites();
+  // Webhook deliveries, from the store's outbox: never on a request's path.
+  const webhooks = new WebhookSender(store, {
+    retryBaseMs: config.webhooks.retrySeconds * 1000,
+    expiringDays: config.webhooks.expiringDays,
+    log: (fields) => log.write(fields),
+  });
   // The servers sharing the store, as their registrations show them: each
   // key's rate limit is split among them, with no store call per request.
   const peers = new Peers(store, {
@@ -165,6 +172,7 @@ export async function serve(): Promise<void> {
     // After the registration, so that this server counts itself from the
     // first listing on.
     if (!stopping.heard) await peers.start();
+    if (!stopping.heard) webhooks.start();
     // Behind nginx on a socket only it can open, Deno's own path (see
     // lib/server/serve.ts); anywhere a port is exposed, the connection guard.
     const server: GuardedServer | null = stopping.heard

@@ -15,6 +15,7 @@ import { rotate } from "./rotate.ts";
 import { show } from "./show.ts";
 import { status } from "./status.ts";
 import { update } from "./update.ts";
+import { webhooks } from "./webhooks.ts";
 
 export const COMMANDS: Readonly<Record<string, Command>> = {
   create,
@@ -28,4 +29,5 @@ export const COMMANDS: Readonly<Record<string, Command>> = {
   export: exportCommand,
   import: importCommand,
   status,
+  webhooks,
 };

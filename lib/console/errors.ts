@@ -34,6 +34,7 @@ const USAGE_CODES = [
   "rate_syntax",
   "rate_too_large",
   "file_not_found",
+  "https_required",
 ] as const;
 /** Why a command line is wrong: exit code 2. */
 export type UsageCode = typeof USAGE_CODES[number];
@@ -51,6 +52,8 @@ const COMMAND_CODES = [
   "file_invalid",
   "file_refused",
   "export_changed",
+  "delivery_not_found",
+  "webhook_test_failed",
 ] as const;
 /** Why a command could not be done: exit code 1. */
 export type CommandCode = typeof COMMAND_CODES[number];
@@ -94,6 +97,8 @@ export const CONSOLE_ERROR_CODES: readonly ConsoleErrorCode[] = [
   "import_bad_audit",
   "import_unknown_item",
   "store_kind_unsupported",
+  "endpoint_not_found",
+  "endpoints_full",
   "store_unavailable",
   "store_busy",
   "store_overloaded",

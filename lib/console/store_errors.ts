@@ -138,6 +138,10 @@ function inputProblem(error: StoreInputError): string {
       return "The store is not empty; import only into a new store, so that no key is lost or duplicated";
     case "import_raced":
       return "The store changed while the import began; run it again";
+    case "endpoint_not_found":
+      return `${error.message}; run "keys webhooks list" to see them`;
+    case "endpoints_full":
+      return `${error.message}; remove one with "keys webhooks remove ID"`;
     default:
       // store_kind_unsupported: the fact is all there is to say.
       return error.message;

@@ -175,6 +175,7 @@ export function createAuthenticator(
       headers = rateLimitHeaders(limit, decision);
       if (!decision.ok) {
         count("rate_limited", route, record.id);
+        usage?.rateLimited(record.id, limit.windowSeconds, now());
         return {
           ok: false,
           response: rateLimited(decision.retryAfterSeconds, headers),

@@ -53,6 +53,11 @@ const MEANINGS: Record<(typeof SERVER_VARIABLES)[number], string> = {
   METRICS_PORT: "serve Prometheus /metrics on this port (unset: off)",
   METRICS_HOST: "the address /metrics listens on (default 127.0.0.1)",
   LEAKED_KEY_ACTION: "revoke or notify: what a reported leaked key gets",
+  WEBHOOK_HOSTS:
+    "hosts webhook deliveries may reach (host or host:port, by commas)",
+  WEBHOOK_RETRY_SECONDS: "a failed delivery's first retry delay (default 5)",
+  WEBHOOK_EXPIRING_DAYS:
+    "days before expiry to send key.expiring (default 14,1)",
 };
 
 /** The `--help` text: one line per variable, with its default and range. */

@@ -22,6 +22,8 @@ import {
   withoutLeadingZeros,
 } from "../net/ip.ts";
 
+import { readWebhookConfig, type WebhookConfig } from "./webhook_config.ts";
+
 const RANGE_PROBLEMS: Record<Exclude<CidrProblem, "leading_zero">, string> = {
   not_an_address: "that is no IPv4 or IPv6 address",
   prefix_malformed:
@@ -66,6 +68,7 @@ export interface Config {
   metrics: { hostname: string; port: number } | null;
   /** What a reported leak of a valid key does to it (POST /api/v1/keys/leaked). */
   leakedKeyAction: "revoke" | "notify";
+  webhooks: WebhookConfig;
 }
 
 /** A bad configuration value; its message is meant for the operator as is. */
@@ -242,6 +245,7 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
       port: whole("METRICS_PORT"),
     },
     leakedKeyAction: leakedKeyAction(env),
+    webhooks: webhookConfig(env),
   };
   const { windowSeconds, lockSeconds } = config.lockout;
   // A lock ending inside the window would let one more 401 through each time.
@@ -261,6 +265,12 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
     );
   }
   return config;
+}
+
+function webhookConfig(env: EnvReader): WebhookConfig {
+  const read = readWebhookConfig(env);
+  if (typeof read === "string") throw new ConfigError(read);
+  return read;
 }
 
 function leakedKeyAction(env: EnvReader): Config["leakedKeyAction"] {

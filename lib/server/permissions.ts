@@ -38,6 +38,9 @@ export const SERVER_VARIABLES = [
   "METRICS_PORT",
   "METRICS_HOST",
   "LEAKED_KEY_ACTION",
+  "WEBHOOK_HOSTS",
+  "WEBHOOK_RETRY_SECONDS",
+  "WEBHOOK_EXPIRING_DAYS",
 ] as const;
 
 /** The variables the console reads: the store's, and who is acting (for the audit log). */
@@ -81,6 +84,9 @@ export function serverGrants(config: Config): Grant[] {
       value: hostPort(config.metrics.hostname, config.metrics.port),
       by: "METRICS_HOST and METRICS_PORT",
     });
+  }
+  for (const host of config.webhooks.hosts) {
+    grants.push({ kind: "net", value: host, by: "WEBHOOK_HOSTS" });
   }
   if (config.tls) {
     grants.push(

@@ -20,6 +20,8 @@ import type {
   NetworkUse,
   RefusedUse,
 } from "./types.ts";
+import type { WebhookStore } from "./webhook_types.ts";
+import type { Raised } from "./webhooks.ts";
 
 /** The usage lists kept apart from a key's record. */
 export interface UsageLists {
@@ -44,6 +46,12 @@ export abstract class ChangeDraft<A extends Alters> {
   readonly at: Date = new Date();
   readonly writes: Write[] = [];
   readonly lines: AuditLine<A>[] = [];
+  /** What each line's webhook event carries beyond the record (a network). */
+  readonly lineFacts: (Record<string, unknown> | undefined)[] = [];
+  /** Events raised without an audit line, delivered in this change's commit. */
+  readonly raised: Raised[] = [];
+  /** Marks set, each under `["webhook_marks", …parts]`. */
+  readonly marks: { parts: (string | number)[]; value: unknown }[] = [];
 
   constructor(alters: A) {
     this.alters = alters;
@@ -59,6 +67,18 @@ export abstract class ChangeDraft<A extends Alters> {
   abstract nextId(): Promise<number>;
   /** Key `id`'s usage lists; null when no such key. */
   abstract usage(id: number): Promise<UsageLists | null>;
+  /** A mark of what an event raised once already; null when none. */
+  abstract mark(parts: (string | number)[]): Promise<unknown>;
+
+  /** Sets a mark, so that the event it stands for is raised once. */
+  setMark(parts: (string | number)[], value: unknown): void {
+    this.marks.push({ parts, value });
+  }
+
+  /** Raises an event with no audit line of its own. */
+  raise(event: Raised): void {
+    this.raised.push(event);
+  }
 
   insert(record: KeyRecord): void {
     this.writes.push({ kind: "insert", record });
@@ -74,8 +94,12 @@ export abstract class ChangeDraft<A extends Alters> {
   }
 
   /** A property, not a method, so that the compiler checks the line's action against `A`. */
-  readonly audit = (line: AuditLine<A>): void => {
+  readonly audit = (
+    line: AuditLine<A>,
+    facts?: Record<string, unknown>,
+  ): void => {
     this.lines.push(line);
+    this.lineFacts.push(facts);
   };
 
   /** The audit lines as committed after revision `before`, each under the revision it moves to. */
@@ -143,6 +167,8 @@ export interface StoreBackend extends
     | "onChange"
     | "close"
   > {
+  /** The webhook endpoints and outbox. */
+  readonly webhooks: WebhookStore;
   /**
    * Makes one change: runs `work` on a draft whose reads are checked, then
    * in one atomic step applies its writes, appends its audit lines under

@@ -49,7 +49,12 @@ export type AuthenticationChange =
 /** A change's declaration: which method makes it, and what it alters. */
 export interface ChangeKind<A extends Alters> {
   readonly name: A extends "authentication" ? AuthenticationChange
-    : "markExposed" | "recordNetworkUses" | "recordRefusedUses";
+    :
+      | "markExposed"
+      | "recordNetworkUses"
+      | "recordRefusedUses"
+      | "noteRateLimited"
+      | "noteExpiring";
   readonly alters: A;
 }
 

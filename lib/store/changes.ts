@@ -8,6 +8,7 @@
  * @module
  */
 
+import { networkKey } from "../net/client_address.ts";
 import type { ChangeDraft } from "./backend.ts";
 import type { Alters } from "./change.ts";
 import {
@@ -317,20 +318,32 @@ export async function noteNetworks(
       keyId: id,
       actor: "server",
       detail: `first used from ${network}`,
-    });
+    }, { network });
   }
   return merged.added;
 }
 
-/** Appends one key's refused uses to its bounded list: no audit line. */
+/**
+ * Appends one key's refused uses to its bounded list: no audit line. Raises
+ * one `key.refused_network` naming the networks not among the uses kept.
+ */
 export async function noteRefused(
   draft: Quiet,
   id: number,
   uses: Iterable<{ address: string; at: Date }>,
 ): Promise<void> {
   const lists = await draft.usage(id);
-  if (lists === null) return;
-  draft.putUsage(id, { refused: appendRefused(lists.refused, uses) });
+  const record = await draft.get(id);
+  if (lists === null || record === null) return;
+  const added = [...uses];
+  draft.putUsage(id, { refused: appendRefused(lists.refused, added) });
+  const known = new Set(lists.refused.map((use) => networkKey(use.address)));
+  const networks = [
+    ...new Set(added.map((use) => networkKey(use.address))),
+  ].filter((network) => !known.has(network));
+  if (networks.length > 0) {
+    draft.raise({ type: "key.refused_network", record, facts: { networks } });
+  }
 }
 
 async function stored(

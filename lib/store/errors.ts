@@ -34,7 +34,9 @@ export type StoreInputCode =
   | "import_bad_key"
   | "import_bad_audit"
   | "import_unknown_item"
-  | "store_kind_unsupported";
+  | "store_kind_unsupported"
+  | "endpoint_not_found"
+  | "endpoints_full";
 
 /** Every code of {@linkcode StoreUnavailableError}. */
 export type StoreUnavailableCode =
@@ -126,6 +128,26 @@ export class KeyIdsExhaustedError extends StoreInputError {
     super(
       "key_ids_exhausted",
       `Key ids have reached ${limit}, the highest there is`,
+    );
+  }
+}
+
+/**
+ * `endpoint_not_found`: no webhook endpoint has id `value`.
+ * `endpoints_full`: `value` endpoints are the most there may be.
+ */
+export class WebhookEndpointError extends StoreInputError {
+  override name = "WebhookEndpointError";
+
+  constructor(
+    code: "endpoint_not_found" | "endpoints_full",
+    readonly value: number,
+  ) {
+    super(
+      code,
+      code === "endpoint_not_found"
+        ? `No webhook endpoint has id ${value}`
+        : `The store holds ${value} webhook endpoints, the most there may be`,
     );
   }
 }

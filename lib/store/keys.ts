@@ -27,6 +27,8 @@ import {
   rotateKey,
 } from "./changes.ts";
 import { ImportStateError } from "./errors.ts";
+import { noteExpiring, noteRateLimited } from "./webhook_notes.ts";
+import type { WebhookStore } from "./webhook_types.ts";
 import { exportItems } from "./records.ts";
 import { readRegistration, storedInstance } from "./registrations.ts";
 import { byKey, latestUses } from "./usage_lists.ts";
@@ -67,9 +69,12 @@ export class KeyService implements KeyStore {
   #call: (method: keyof KeyStore) => void;
   /** Set when the backend can push a notice at every change. */
   onChange?: (listener: () => void) => Promise<() => Promise<void>>;
+  /** A property, not a getter: a proxy of the store (tests) reads it as is. */
+  readonly webhooks: WebhookStore;
 
   constructor(backend: StoreBackend, options: KeyServiceOptions = {}) {
     this.#backend = backend;
+    this.webhooks = backend.webhooks;
     this.#options = options;
     this.#acknowledge = options.acknowledge ?? NO_WAIT;
     this.#call = options.onCall ?? (() => {});
@@ -266,6 +271,27 @@ export class KeyService implements KeyStore {
         (draft) => noteRefused(draft, id, group),
       ));
     }
+  }
+
+  async noteRateLimited(id: number, at: Date): Promise<boolean> {
+    this.#call("noteRateLimited");
+    const change = await quietly(this.#backend.change(
+      { name: "noteRateLimited", alters: "usage" },
+      (draft) => noteRateLimited(draft, id, at),
+    ));
+    return change?.quiet() ?? false;
+  }
+
+  async noteExpiring(
+    id: number,
+    options: { now: Date; days: readonly number[] },
+  ): Promise<number | null> {
+    this.#call("noteExpiring");
+    const change = await quietly(this.#backend.change(
+      { name: "noteExpiring", alters: "usage" },
+      (draft) => noteExpiring(draft, id, options),
+    ));
+    return change?.quiet() ?? null;
   }
 
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void> {

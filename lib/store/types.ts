@@ -1,8 +1,10 @@
 /**
  * The store's vocabulary and its {@linkcode KeyStore} contract: types only,
- * importing nothing, so that any module may depend on it.
+ * importing only types, so that any module may depend on it.
  * @module
  */
+
+import type { WebhookStore } from "./webhook_types.ts";
 
 /**
  * A per-key rate limit: `count` requests in any `windowSeconds`, enforced in
@@ -321,6 +323,21 @@ export interface KeyStore extends InstanceRegistry {
    * revoked one.
    */
   markExposed(id: number, options: ExposeOptions): Promise<boolean>;
+  /**
+   * Raises `key.rate_limited` for key `id`, once per window of its limit
+   * (the window holding `at`), whichever server asks; true if this call did.
+   */
+  noteRateLimited(id: number, at: Date): Promise<boolean>;
+  /**
+   * Raises `key.expiring` for key `id` once per reminder: when its deadline
+   * is within one of `days` of `now`. The reminder's days, or null.
+   */
+  noteExpiring(
+    id: number,
+    options: { now: Date; days: readonly number[] },
+  ): Promise<number | null>;
+  /** The webhook endpoints and outbox (lib/store/webhooks.ts). */
+  readonly webhooks: WebhookStore;
   /** Records when keys were last used. Best effort: no audit line, no revision. */
   recordLastUsed(uses: Iterable<{ id: number; at: Date }>): Promise<void>;
   /** Sets (null: clears) where a key may be used from, audited; `changed` false if so already. */

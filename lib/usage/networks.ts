@@ -48,6 +48,9 @@ export class UsageRecorder extends BackgroundRecorder {
   /** Key id → the minute its network notes are counted in, and their count. */
   #perKey = new Map<number, { since: number; count: number }>();
   #refused = new Map<number, { address: string; at: Date }[]>();
+  /** Key id → the rate-limit window it was noted in, and when that ends. */
+  #limited = new Map<number, { window: number; until: number }>();
+  #limitedPending: { id: number; at: Date }[] = [];
 
   constructor(store: KeyStore, options: RecorderOptions = {}) {
     super("usage", options);
@@ -91,8 +94,26 @@ export class UsageRecorder extends BackgroundRecorder {
     if (pending.length > REFUSED_KEPT) pending.shift();
   }
 
+  /**
+   * A key refused by its rate limit: noted once per window of the limit per
+   * process, for `key.rate_limited`, which the store raises once per window
+   * whichever server notes it.
+   */
+  rateLimited(id: number, windowSeconds: number, now: number): void {
+    const windowMs = windowSeconds * 1000;
+    const window = Math.floor(now / windowMs);
+    if (this.#limited.get(id)?.window === window) return;
+    this.#limited.set(id, { window, until: (window + 1) * windowMs });
+    this.#limitedPending.push({ id, at: new Date(now) });
+  }
+
   protected take(): (() => Promise<void>) | null {
-    if (this.#networks.length === 0 && this.#refused.size === 0) return null;
+    if (
+      this.#networks.length === 0 && this.#refused.size === 0 &&
+      this.#limitedPending.length === 0
+    ) return null;
+    const limited = this.#limitedPending;
+    this.#limitedPending = [];
     const networks = this.#networks;
     // Already one list per key, as each key's notes are written apart.
     const refused = [...this.#refused].map(([id, uses]) =>
@@ -110,6 +131,11 @@ export class UsageRecorder extends BackgroundRecorder {
       // one key costs no other key its notes; the first failure is then
       // logged by the recorder.
       const failures: unknown[] = [];
+      for (const { id, at } of limited) {
+        await this.#store.noteRateLimited(id, at).catch((error) =>
+          failures.push(error)
+        );
+      }
       for (const uses of refused) {
         await this.#store.recordRefusedUses(uses).catch((error) =>
           failures.push(error)
@@ -136,6 +162,9 @@ export class UsageRecorder extends BackgroundRecorder {
     }
     for (const [id, { since }] of this.#perKey) {
       if (now - since >= MINUTE) this.#perKey.delete(id);
+    }
+    for (const [id, { until }] of this.#limited) {
+      if (now >= until) this.#limited.delete(id);
     }
   }
 }

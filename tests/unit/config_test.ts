@@ -32,6 +32,7 @@ Deno.test("readConfig() defaults to 0.0.0.0:8000, ./data/keys.db, no proxy, 10 f
     },
     metrics: null,
     leakedKeyAction: "revoke",
+    webhooks: { hosts: [], retrySeconds: 5, expiringDays: [14, 1] },
   });
 });
 
@@ -303,4 +304,36 @@ Deno.test("readConfig() revokes a reported leaked key unless LEAKED_KEY_ACTION=n
       error.message ===
         'LEAKED_KEY_ACTION must be revoke or notify, not "delete"',
   );
+});
+
+Deno.test("readConfig() reads the webhook hosts, retry delay and expiry reminders, and refuses a host list or days it cannot use", () => {
+  assert.deepEqual(
+    readConfig(env({
+      WEBHOOK_HOSTS: "hooks.example.com, 127.0.0.1:8080,[::1]:9000",
+      WEBHOOK_RETRY_SECONDS: "0.05",
+      WEBHOOK_EXPIRING_DAYS: "30,7,1",
+    })).webhooks,
+    {
+      hosts: ["hooks.example.com", "127.0.0.1:8080", "[::1]:9000"],
+      retrySeconds: 0.05,
+      expiringDays: [30, 7, 1],
+    },
+  );
+  for (
+    const bad of [
+      { WEBHOOK_HOSTS: "https://hooks.example.com/x" } as Record<
+        string,
+        string
+      >,
+      { WEBHOOK_RETRY_SECONDS: "0" },
+      { WEBHOOK_EXPIRING_DAYS: "14,half" },
+    ]
+  ) {
+    assert.throws(
+      () => readConfig(env(bad)),
+      (error: Error) =>
+        error.message.startsWith(Object.keys(bad)[0]) &&
+        !error.message.endsWith("."),
+    );
+  }
 });

@@ -74,6 +74,7 @@ const LAYERS = [
   "store",
   "auth",
   "usage",
+  "webhooks",
   "http",
   "routes",
   "server",

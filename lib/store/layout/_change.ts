@@ -11,6 +11,8 @@ import { MAX_KEY_ID } from "../records.ts";
 import type { KeyRecord, NetworkUse, RefusedUse } from "../types.ts";
 import type { Atomic, Check, Entries, Entry, EntryKey } from "../entries.ts";
 import { sameKey } from "../entries.ts";
+import type { EndpointList } from "../webhook_types.ts";
+import { ENDPOINTS, markKey, queueEvents } from "./_webhooks.ts";
 import {
   auditKey,
   AUTH_REVISION,
@@ -41,9 +43,9 @@ export async function changeIn<T, A extends Alters>(
   work: (draft: ChangeDraft<A>) => Promise<T>,
 ): Promise<Committed<T, A>> {
   for (let tries = 1;; tries++) {
-    const [current, marker] = await kv.getMany<[Deno.KvU64, unknown]>(
-      [REVISION, IMPORTING],
-    );
+    const [current, marker, hooks] = await kv.getMany<
+      [Deno.KvU64, unknown, EndpointList]
+    >([REVISION, IMPORTING, ENDPOINTS]);
     // The import sets the marker with a revision bump, so the check of
     // `current` below also fails a change that raced its start.
     if (marker.value !== null) {
@@ -53,7 +55,7 @@ export async function changeIn<T, A extends Alters>(
     const result = await work(draft);
     const before = counted(current);
     const op = kv.atomic().check(current);
-    if (draft.writes.length === 0) {
+    if (draft.writes.length === 0 && draft.marks.length === 0) {
       // Nothing to write, yet the answer rests on what the draft read, and
       // is settled at `before`: only once a commit checking the revision
       // confirms that nothing was committed between reading it and the
@@ -66,6 +68,9 @@ export async function changeIn<T, A extends Alters>(
       continue;
     }
     const revision = before + BigInt(draft.moves);
+    // The outbox in the same commit: an event is sent if and only if the
+    // change that raised it was made.
+    await queueEvents(op, draft, hooks);
     await draft.addTo(op);
     for (const { seq, entry } of draft.numbered(before)) {
       op.set(auditKey(seq), entry);
@@ -128,8 +133,13 @@ class _Draft<A extends Alters> extends ChangeDraft<A> {
     return { networks: networks.value ?? [], refused: refused.value ?? [] };
   }
 
+  async mark(parts: (string | number)[]): Promise<unknown> {
+    return this.#checked(await this.#kv.get(markKey(parts))).value;
+  }
+
   /** Adds the checks of every read, then the draft's writes, to `op`. */
   async addTo(op: Atomic): Promise<void> {
+    for (const { parts, value } of this.marks) op.set(markKey(parts), value);
     // Name entries follow the records: held by a valid key not in an
     // overlap, freed when the key that held one gives it up.
     const names = new Map<string, { key: EntryKey; id: number | null }>();

@@ -22,6 +22,7 @@ import type {
   RefusedUse,
 } from "../types.ts";
 import { changeIn } from "./_change.ts";
+import { WebhookEntries } from "./_webhooks.ts";
 import { abortIn, importIn } from "./_import.ts";
 import {
   auditKey,
@@ -89,9 +90,11 @@ export class EntryBackend implements StoreBackend {
   readonly abortImport: StoreBackend["abortImport"];
   /** Present when the database tells of other processes' changes. */
   readonly onChange?: StoreBackend["onChange"];
+  readonly webhooks: WebhookEntries;
 
   constructor(kv: Entries) {
     this.#kv = kv;
+    this.webhooks = new WebhookEntries(kv);
     this.change = (kind, work) => changeIn(kv, kind, work);
     this.importAll = (items, options) => importIn(kv, items, options);
     this.abortImport = (options) => abortIn(kv, options);

@@ -1,0 +1,56 @@
+/**
+ * Where a webhook may be sent: HTTPS, or plain HTTP to this host only
+ * (127.0.0.0/8, ::1, localhost), where nobody on the way can read a payload.
+ * @module
+ */
+
+/** Why a URL was refused: `not_a_url`, or `https_required` for plain HTTP elsewhere. */
+export class EndpointUrlError extends Error {
+  override name = "EndpointUrlError";
+
+  constructor(readonly code: "not_a_url" | "https_required", message: string) {
+    super(message);
+  }
+}
+
+/** The URL, checked; throws {@linkcode EndpointUrlError} naming the fix. */
+export function endpointUrl(text: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new EndpointUrlError(
+      "not_a_url",
+      `${
+        JSON.stringify(text)
+      } is not a URL; give one such as https://hooks.example.com/keys`,
+    );
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") {
+    throw new EndpointUrlError(
+      "not_a_url",
+      `A webhook URL starts with https://, not ${url.protocol}//`,
+    );
+  }
+  if (url.username !== "" || url.password !== "") {
+    throw new EndpointUrlError(
+      "not_a_url",
+      "A webhook URL carries no user or password: receivers check the signature instead",
+    );
+  }
+  if (url.protocol === "http:" && !isLoopback(url.hostname)) {
+    throw new EndpointUrlError(
+      "https_required",
+      `Webhooks are sent over HTTPS except to this host (127.0.0.0/8, ::1, localhost): use https://${url.host}${url.pathname}${url.search}`,
+    );
+  }
+  return url;
+}
+
+/** Whether a URL's hostname is this host: localhost, 127.0.0.0/8 or ::1. */
+export function isLoopback(hostname: string): boolean {
+  const host = hostname.toLowerCase();
+  if (host === "localhost" || host === "[::1]") return true;
+  const v4 = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(host);
+  return v4 !== null && v4.slice(1).every((part) => Number(part) <= 255);
+}

@@ -1,0 +1,212 @@
+/**
+ * The sender each server runs in the background, never on a request's path:
+ * it claims each due delivery through the store's compare-and-set (so of
+ * several servers one sends it), sends it with a deadline, and records the
+ * try: done on a 2xx, else due again after a backoff (`schedule.ts`). An
+ * endpoint has at most `perEndpoint` deliveries in flight, and each endpoint
+ * is read and claimed for apart, so a receiver that is down, hangs or fails
+ * holds up only its own deliveries.
+ * @module
+ */
+
+import type { KeyStore } from "../store/types.ts";
+import type { Claim, StoredEndpoint } from "../store/webhook_types.ts";
+import { remindOfExpiry, sweepOutbox } from "./housekeeping.ts";
+import { nextTry } from "./schedule.ts";
+import { sendOnce } from "./send.ts";
+
+/** How the sender runs; every time is injectable for tests. */
+export interface SenderOptions {
+  /** The first retry's delay; default 5 s. */
+  retryBaseMs?: number;
+  /** One try's deadline; default 10 s. */
+  timeoutMs?: number;
+  /** Deliveries in flight per endpoint; default 4. */
+  perEndpoint?: number;
+  /** How often the outbox is read for due deliveries; default 1 s. */
+  pollMs?: number;
+  /** How often the outbox is swept and expiry reminders raised; default 60 s. */
+  housekeepingMs?: number;
+  /** Days before expiry at which `key.expiring` is sent; default 14 and 1. */
+  expiringDays?: readonly number[];
+  /** The clock; default Date.now. */
+  now?: () => number;
+  log?: (fields: Record<string, unknown>) => void;
+}
+
+type Store = Pick<
+  KeyStore,
+  "webhooks" | "dueKeys" | "get" | "retire" | "noteExpiring"
+>;
+
+/** Sends the outbox's deliveries until stopped. */
+export class WebhookSender {
+  #store: Store;
+  #retryBaseMs: number;
+  #timeoutMs: number;
+  #perEndpoint: number;
+  #pollMs: number;
+  #housekeepingMs: number;
+  #days: readonly number[];
+  #now: () => number;
+  #log: (fields: Record<string, unknown>) => void;
+  #inFlight = new Map<number, number>();
+  #sending = new Set<Promise<void>>();
+  #round: Promise<void> | null = null;
+  #again = false;
+  #lastHousekeeping = -Infinity;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #stop = new AbortController();
+
+  constructor(store: Store, options: SenderOptions = {}) {
+    this.#store = store;
+    this.#retryBaseMs = options.retryBaseMs ?? 5_000;
+    this.#timeoutMs = options.timeoutMs ?? 10_000;
+    this.#perEndpoint = options.perEndpoint ?? 4;
+    this.#pollMs = options.pollMs ?? 1_000;
+    this.#housekeepingMs = options.housekeepingMs ?? 60_000;
+    this.#days = options.expiringDays ?? [14, 1];
+    this.#now = options.now ?? Date.now;
+    this.#log = options.log ?? ((f) => console.error(JSON.stringify(f)));
+  }
+
+  /** Reads the outbox every poll from now on. */
+  start(): void {
+    this.#timer = setInterval(() => this.poke(), this.#pollMs);
+    this.poke();
+  }
+
+  /** Reads the outbox soon (after the round under way, if any). */
+  poke(): void {
+    if (this.#stop.signal.aborted) return;
+    if (this.#round !== null) {
+      this.#again = true;
+      return;
+    }
+    this.#round = this.#roundOnce()
+      .catch((error) =>
+        this.#log({ msg: "webhook_round_failed", code: codeOf(error) })
+      )
+      .finally(() => {
+        this.#round = null;
+        if (this.#again) {
+          this.#again = false;
+          this.poke();
+        }
+      });
+  }
+
+  /** One round: claims and starts what is due; resolves once it has started them. */
+  async settledRound(): Promise<void> {
+    this.poke();
+    while (this.#round !== null) await this.#round;
+  }
+
+  /** Resolves once every delivery under way has been recorded. */
+  async idle(): Promise<void> {
+    await this.settledRound();
+    while (this.#sending.size > 0) await Promise.all(this.#sending);
+  }
+
+  /** Stops reading; deliveries in flight are cut off and left due at once for another server. */
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    this.#stop.abort();
+    while (this.#round !== null) await this.#round;
+    while (this.#sending.size > 0) await Promise.all(this.#sending);
+  }
+
+  async #roundOnce(): Promise<void> {
+    const endpoints = await this.#store.webhooks.endpoints();
+    const now = this.#now();
+    if (now - this.#lastHousekeeping >= this.#housekeepingMs) {
+      this.#lastHousekeeping = now;
+      await this.#housekeeping(endpoints.length > 0, new Date(now));
+    }
+    for (const endpoint of endpoints) {
+      const free = this.#perEndpoint - (this.#inFlight.get(endpoint.id) ?? 0);
+      if (free <= 0 || this.#stop.signal.aborted) continue;
+      const due = await this.#store.webhooks.due(endpoint.id, now, free);
+      for (const found of due) {
+        // Held past one try's deadline: a server that dies mid-send leaves
+        // the delivery due again then, for another to send.
+        const claim = await this.#store.webhooks.claim(
+          found,
+          this.#now() + this.#timeoutMs + 5_000,
+        );
+        if (claim !== null) this.#track(endpoint, claim);
+      }
+    }
+  }
+
+  async #housekeeping(any: boolean, now: Date): Promise<void> {
+    await sweepOutbox(this.#store, { now, log: this.#log });
+    if (any) await remindOfExpiry(this.#store, { now, days: this.#days });
+  }
+
+  #track(endpoint: StoredEndpoint, claim: Claim): void {
+    const id = endpoint.id;
+    this.#inFlight.set(id, (this.#inFlight.get(id) ?? 0) + 1);
+    const sending = this.#send(endpoint, claim)
+      .catch((error) =>
+        this.#log({ msg: "webhook_record_failed", code: codeOf(error) })
+      )
+      .finally(() => {
+        this.#inFlight.set(id, this.#inFlight.get(id)! - 1);
+        this.#sending.delete(sending);
+        // A slot is free: what waited for it need not wait for the poll.
+        this.poke();
+      });
+    this.#sending.add(sending);
+  }
+
+  async #send(endpoint: StoredEndpoint, claim: Claim): Promise<void> {
+    const { delivery } = claim;
+    const attempt = await sendOnce(endpoint, delivery.event, {
+      at: new Date(this.#now()),
+      timeoutMs: this.#timeoutMs,
+      signal: this.#stop.signal,
+    });
+    const ok = attempt.status !== null && attempt.status >= 200 &&
+      attempt.status < 300;
+    const nowMs = this.#now();
+    // A test is for the admin waiting on it: retrying it would tell nobody.
+    const once = delivery.event.type === "webhook.test";
+    const next = ok || once
+      ? null
+      : attempt.error === "stopped"
+      ? nowMs
+      : nextTry(
+        delivery.tries,
+        {
+          nowMs,
+          createdMs: Date.parse(delivery.createdAt),
+          baseMs: this.#retryBaseMs,
+        },
+      );
+    const recorded = await this.#store.webhooks.finish(
+      claim,
+      attempt,
+      next === null ? { state: ok ? "delivered" : "failed" } : { nextMs: next },
+    );
+    this.#log({
+      msg: "webhook_delivery",
+      deliveryId: delivery.id,
+      endpointId: endpoint.id,
+      type: delivery.event.type,
+      try: delivery.tries,
+      status: attempt.status,
+      error: attempt.error,
+      ms: attempt.ms,
+      outcome: ok ? "delivered" : next === null ? "failed" : "retry",
+      ...(recorded ? {} : { recorded: false }),
+    });
+  }
+}
+
+/** An error's code or class, never its message. */
+function codeOf(error: unknown): string {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === "string") return code;
+  return error instanceof Error ? error.name : typeof error;
+}
