@@ -43,6 +43,7 @@ import {
 } from "../support/route_table.ts";
 import { CONNECTION_PATH as CONNECTION } from "../../lib/routes/connection.ts";
 import { LIVE_PATH as LIVE } from "../../lib/routes/health.ts";
+import { LEAKED_PATH as LEAKED } from "../../lib/routes/leaked.ts";
 
 const ROOT = new URL("../../", import.meta.url);
 // Every route of the table, and those behind the key.
@@ -51,6 +52,11 @@ const KEYED = KEYED_ROUTES.map((route) => route.path);
 // Each route's steps fail a few keys before the lock-out step: room for
 // them, growing with the table (40 for its first four routes).
 const LOCKOUT_AFTER = 10 * ROUTES.length;
+// The routes whose POST takes a JSON body, which Prism requires.
+const TAKES_BODY = new Set(
+  ROUTES.filter((route) => route.contract.operations.POST?.requestBody)
+    .map((route) => route.path),
+);
 // Well formed, never issued: the key check itself says no.
 const UNKNOWN_KEY = `isk_${"0".repeat(36)}`;
 
@@ -142,10 +148,15 @@ async function send(
   method: string,
   path: string,
   key?: string,
+  body?: string,
 ): Promise<Answer> {
   const response = await fetch(prism.url + path, {
     method,
-    headers: key === undefined ? {} : { "X-API-Key": key },
+    headers: {
+      ...(key === undefined ? {} : { "X-API-Key": key }),
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
+    body,
     signal: AbortSignal.timeout(10_000),
   });
   return {
@@ -165,10 +176,16 @@ function fromPrism(answer: Answer): boolean {
 /** The answer came from the service, with the status expected, unflagged. */
 async function passes(
   prism: Prism,
-  request: { method: string; path: string; key?: string },
+  request: { method: string; path: string; key?: string; body?: string },
   status: number | number[],
 ): Promise<Answer> {
-  const answer = await send(prism, request.method, request.path, request.key);
+  const answer = await send(
+    prism,
+    request.method,
+    request.path,
+    request.key,
+    request.body,
+  );
   const expected = [status].flat();
   const what = `${request.method} ${request.path.split("?")[0]}`;
   const detail = () =>
@@ -269,10 +286,25 @@ Deno.test({
 
     await t.step("200 from the health routes and the document", async () => {
       assert.ok(OPEN_ROUTES.length >= 3, "the route table was read");
-      for (const { path } of OPEN_ROUTES) {
+      for (const { path, methods } of OPEN_ROUTES) {
+        if (methods.GET === undefined) continue;
         await passes(prism, { method: "GET", path }, 200);
       }
     });
+
+    await t.step(
+      "202 to a leaked key report, whatever its values, without a key",
+      async () => {
+        for (const values of [[], [UNKNOWN_KEY, "not a key"], [revoked.key]]) {
+          const answer = await passes(prism, {
+            method: "POST",
+            path: LEAKED,
+            body: JSON.stringify(values),
+          }, 202);
+          assert.deepEqual(JSON.parse(answer.body), { status: "accepted" });
+        }
+      },
+    );
 
     await t.step(
       "204 with Allow to OPTIONS, on every route, without a key",
@@ -312,6 +344,8 @@ Deno.test({
             path: `${path}?api_key=${UNKNOWN_KEY}`,
             // In the header too: Prism refuses a keyless request itself.
             key: valid.key,
+            // Prism refuses a request without the body the operation takes.
+            body: method === "POST" && TAKES_BODY.has(path) ? "[]" : undefined,
           }, 400);
           assert.equal(JSON.parse(answer.body).error, "key_in_url");
         }
@@ -380,9 +414,14 @@ Deno.test({
               method,
               path: `${path}?api_key=${UNKNOWN_KEY}`,
               key: valid.key,
+              body: method === "POST" && TAKES_BODY.has(path)
+                ? "[]"
+                : undefined,
             }, 429);
           }
         }
+        // A leaked key report counts as a failure: locked, it is not taken.
+        await passes(prism, { method: "POST", path: LEAKED, body: "[]" }, 429);
       },
     );
   },
