@@ -92,7 +92,7 @@ export function readRegistration(
       broken: true,
     };
   }
-  return {
+  const record: InstanceRecord = {
     id,
     version,
     host: fields.host,
@@ -100,21 +100,16 @@ export function readRegistration(
     startedAt,
     leaseMs: fields.leaseMs,
     acked,
-    ...optional("release", release(fields.release)),
-    ...optional("figures", figures(fields.figures)),
   };
-}
-
-/** `{[name]: value}`, or nothing for null: absent, not undefined. */
-function optional<K extends string, V>(
-  name: K,
-  value: V | null,
-): { [_ in K]?: V } {
-  return value === null ? {} : { [name]: value } as { [_ in K]: V };
+  const release = releaseOf(fields.release);
+  if (release !== null) record.release = release;
+  const figures = figuresOf(fields.figures);
+  if (figures !== null) record.figures = figures;
+  return record;
 }
 
 /** A release as stored: printable text of at most RELEASE_MAX characters, or null. */
-function release(value: unknown): string | null {
+function releaseOf(value: unknown): string | null {
   return typeof value === "string" && value.length > 0 &&
       value.length <= RELEASE_MAX && /^[\x21-\x7e]+$/.test(value)
     ? value
@@ -131,12 +126,12 @@ const TRAFFIC_FIELDS: readonly (keyof TrafficFigures)[] = [
 ];
 
 /** Figures as stored, every count a whole number from 0, or null. */
-function figures(value: unknown): ServerFigures | null {
+function figuresOf(value: unknown): ServerFigures | null {
   if (typeof value !== "object" || value === null) return null;
   const fields = value as Record<keyof ServerFigures, unknown>;
   const at = instant(fields.at);
-  const lastMinute = traffic(fields.lastMinute);
-  const sinceStart = traffic(fields.sinceStart);
+  const lastMinute = trafficOf(fields.lastMinute);
+  const sinceStart = trafficOf(fields.sinceStart);
   if (
     at === null || lastMinute === null || sinceStart === null ||
     !isCount(fields.lockedAddresses)
@@ -149,7 +144,7 @@ function figures(value: unknown): ServerFigures | null {
   };
 }
 
-function traffic(value: unknown): TrafficFigures | null {
+function trafficOf(value: unknown): TrafficFigures | null {
   if (typeof value !== "object" || value === null) return null;
   const fields = value as Record<keyof TrafficFigures, unknown>;
   const read = {} as TrafficFigures;
