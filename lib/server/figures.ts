@@ -197,15 +197,21 @@ export class Figures implements AuthCounts {
         if (count > 0) requests.push({ route, status, count });
       });
     }
-    const rank = (key: KeyCount) => key.requests - key.mark + key.previous;
-    const busiest = [...this.#keys].filter(([, key]) => rank(key) > 0)
-      .sort(([a, x], [b, y]) => rank(y) - rank(x) || a - b)
-      .slice(0, BUSIEST_KEYS)
-      .map(([id, key]) => ({
-        id,
-        requests: key.requests,
-        rateLimited: key.rateLimited,
-      }));
+    // The top few by insertion, not a sort of every key at each scrape.
+    const busiest: (FigureReading["busiestKeys"][number] & { rank: number })[] =
+      [];
+    for (const [id, key] of this.#keys) {
+      const rank = key.requests - key.mark + key.previous;
+      const least = busiest.at(-1)?.rank ?? 0;
+      if (rank === 0 || (busiest.length === BUSIEST_KEYS && rank <= least)) {
+        continue;
+      }
+      let at = busiest.length;
+      while (at > 0 && busiest[at - 1].rank < rank) at--;
+      const { requests, rateLimited } = key;
+      busiest.splice(at, 0, { id, requests, rateLimited, rank });
+      if (busiest.length > BUSIEST_KEYS) busiest.pop();
+    }
     return {
       requests,
       outcomes: { ...this.#outcomes },
@@ -215,7 +221,7 @@ export class Figures implements AuthCounts {
       changesApplied: this.#changes,
       rateLimitedKeys: this.#limitedSince(),
       lockedAddresses: this.#lockedAddresses(),
-      busiestKeys: busiest,
+      busiestKeys: busiest.map(({ rank: _, ...key }) => key),
     };
   }
 

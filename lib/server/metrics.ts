@@ -14,71 +14,12 @@ import { type FigureReading, LATENCY_BUCKETS } from "./figures.ts";
 export const CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
 
 type Labels = Record<string, string | number>;
-/** A sample: its labels, value, and the suffix of a histogram's series. */
+/** Labels, value, and for a histogram the series' suffix. */
 type Sample = [labels: Labels, value: number, suffix?: string];
 
 /** The figures as Prometheus's text format. */
 export function exposition(reading: FigureReading): string {
-  const out: string[] = [];
-  const family = (
-    [name, kind, help]: [string, string, string],
-    samples: Sample[],
-  ) => {
-    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${kind}`);
-    for (const [labels, value, suffix = ""] of samples) {
-      out.push(`${name}${suffix}${labelText(labels)} ${value}`);
-    }
-  };
   const { busiestKeys: busiest, leaseHeld } = reading;
-  family(
-    [
-      "integration_requests_total",
-      "counter",
-      "Requests answered, by route (unrouted: none matched) and status.",
-    ],
-    reading.requests.map(({ route, status, count }) => [
-      { route, status },
-      count,
-    ]),
-  );
-  family(
-    [
-      "integration_auth_outcomes_total",
-      "counter",
-      "Decisions of the API-key step, by outcome.",
-    ],
-    Object.entries(reading.outcomes).map(([outcome, n]) => [{ outcome }, n]),
-  );
-  family(
-    ["integration_lockouts_total", "counter", "Lock-outs started, by scope."],
-    Object.entries(reading.lockouts).map(([scope, n]) => [{ scope }, n]),
-  );
-  family([
-    "integration_locked_addresses",
-    "gauge",
-    "Address lock-outs started within LOCKOUT_SECONDS (in 10 s steps).",
-  ], [[{}, reading.lockedAddresses]]);
-  family([
-    "integration_rate_limited_keys",
-    "gauge",
-    "Keys refused by their rate limit within the last minute.",
-  ], [[{}, reading.rateLimitedKeys]]);
-  family(
-    [
-      "integration_key_requests_total",
-      "counter",
-      "Requests with a valid key, for the busiest keys of the last minutes.",
-    ],
-    busiest.map(({ id, requests }) => [{ key_id: id }, requests]),
-  );
-  family(
-    [
-      "integration_key_rate_limited_total",
-      "counter",
-      "Requests refused by the key's rate limit, for the same keys.",
-    ],
-    busiest.map(({ id, rateLimited }) => [{ key_id: id }, rateLimited]),
-  );
   const latency: Sample[] = [];
   for (const [method, { count, sum, buckets }] of reading.storeCalls) {
     let below = 0;
@@ -92,21 +33,79 @@ export function exposition(reading: FigureReading): string {
       [{ method }, count, "_count"],
     );
   }
-  family([
-    "integration_store_call_duration_seconds",
-    "histogram",
-    "Store calls from call to answer, by method.",
-  ], latency);
-  family([
-    "integration_lease_held",
-    "gauge",
-    "1 while this server holds its lease and answers from memory, else 0.",
-  ], leaseHeld === null ? [] : [[{}, leaseHeld ? 1 : 0]]);
-  family([
-    "integration_changes_applied_total",
-    "counter",
-    "Batches of key changes applied, each confirmed by the next lease renewal.",
-  ], [[{}, reading.changesApplied]]);
+  const requests = reading.requests.map((r): Sample => [
+    { route: r.route, status: r.status },
+    r.count,
+  ]);
+  const families: [string, string, string, Sample[]][] = [
+    [
+      "integration_requests_total",
+      "counter",
+      "Requests answered, by route (unrouted: none matched) and status.",
+      requests,
+    ],
+    [
+      "integration_auth_outcomes_total",
+      "counter",
+      "Decisions of the API-key step, by outcome.",
+      Object.entries(reading.outcomes).map(([outcome, n]) => [{ outcome }, n]),
+    ],
+    [
+      "integration_lockouts_total",
+      "counter",
+      "Lock-outs started, by scope.",
+      Object.entries(reading.lockouts).map(([scope, n]) => [{ scope }, n]),
+    ],
+    [
+      "integration_locked_addresses",
+      "gauge",
+      "Address lock-outs started within LOCKOUT_SECONDS (in 10 s steps).",
+      [[{}, reading.lockedAddresses]],
+    ],
+    [
+      "integration_rate_limited_keys",
+      "gauge",
+      "Keys refused by their rate limit within the last minute.",
+      [[{}, reading.rateLimitedKeys]],
+    ],
+    [
+      "integration_key_requests_total",
+      "counter",
+      "Requests with a valid key, for the busiest keys of the last minutes.",
+      busiest.map((k) => [{ key_id: k.id }, k.requests]),
+    ],
+    [
+      "integration_key_rate_limited_total",
+      "counter",
+      "Requests refused by the key's rate limit, for the same keys.",
+      busiest.map((k) => [{ key_id: k.id }, k.rateLimited]),
+    ],
+    [
+      "integration_store_call_duration_seconds",
+      "histogram",
+      "Store calls from call to answer, by method.",
+      latency,
+    ],
+    [
+      "integration_lease_held",
+      "gauge",
+      "1 while this server holds its lease and answers from memory, else 0.",
+      leaseHeld === null ? [] : [[{}, leaseHeld ? 1 : 0]],
+    ],
+    [
+      "integration_changes_applied_total",
+      "counter",
+      "Batches of key changes applied, each confirmed by the next lease renewal.",
+      [[{}, reading.changesApplied]],
+    ],
+  ];
+  const out: string[] = [];
+  for (const [name, kind, help, samples] of families) {
+    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${kind}`);
+    for (const [labels, value, suffix = ""] of samples) {
+      out.push(`${name}${suffix}${labelText(labels)} ${value}`);
+    }
+  }
   return out.join("\n") + "\n";
 }
 

@@ -18,6 +18,8 @@ import {
   LATENCY_BUCKETS,
 } from "../../lib/server/figures.ts";
 import { exposition } from "../../lib/server/metrics.ts";
+import { counted } from "../../lib/store/counted.ts";
+import { openStore } from "../../lib/store/open.ts";
 import { countingStore } from "../support/counting_store.ts";
 
 const ROUTE = "/api/v1/integration/connection";
@@ -265,4 +267,22 @@ Deno.test("keys status's figures: the last minute forgets what is older, since s
   assert.equal(shown.lastMinute.requests, 0);
   assert.equal(shown.lockedAddresses, 0);
   assert.equal(shown.at, new Date(time.now).toISOString());
+});
+
+Deno.test("a timed store times each call to its answer, failed ones too, and so does every store made from it", async () => {
+  const timings: string[] = [];
+  const opened = counted(
+    await openStore({ kind: "kv", path: ":memory:" }),
+    { timed: (method, seconds) => seconds >= 0 && timings.push(method) },
+  );
+  try {
+    const made = opened.store.with({});
+    await opened.store.revision();
+    await made.get(1);
+    await assert.rejects(made.revoke(999, { actor: "test" }));
+    assert.deepEqual(timings, ["revision", "get", "revoke"]);
+    assert.equal(opened.counts().revoke, 1);
+  } finally {
+    await opened.store.close();
+  }
 });
