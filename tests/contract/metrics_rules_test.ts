@@ -3,7 +3,8 @@
  * an operator would copy them: Prometheus's `promtool check rules` accepts
  * them, and `promtool test rules` shows each firing when it should (no
  * server scraped, a server without its lease, a burst of lock-outs) and
- * not before. Skipped with a message without promtool, failed under CI.
+ * not before (skipped with a message without promtool, failed under CI);
+ * and its table of metrics names exactly what `/metrics` serves.
  */
 
 import assert from "node:assert/strict";
@@ -12,17 +13,25 @@ import {
   promtoolInstalled,
   runPromtool,
 } from "../support/promtool.ts";
+import { OUTCOME_OF } from "../../lib/http/telemetry.ts";
+import { Figures } from "../../lib/server/figures.ts";
+import { exposition } from "../../lib/server/metrics.ts";
 
 const ignore = await ignoreWithoutPromtool("metrics_rules_test.ts");
 
-/** The section's YAML block that starts with `groups:`. */
-function documentedRules(): string {
+/** The section "Metrics (Prometheus)" of docs/operators.md. */
+function metricsSection(): string {
   const doc = Deno.readTextFileSync(
     new URL("../../docs/operators.md", import.meta.url),
   );
   const start = doc.indexOf("\n## Metrics (Prometheus)\n");
   assert.notEqual(start, -1, "docs/operators.md has no metrics section");
-  const section = doc.slice(start, doc.indexOf("\n## ", start + 1));
+  return doc.slice(start, doc.indexOf("\n## ", start + 1));
+}
+
+/** The section's YAML block that starts with `groups:`. */
+function documentedRules(): string {
+  const section = metricsSection();
   const blocks = [...section.matchAll(/```yaml\n([\s\S]*?)```/g)]
     .map((m) => m[1]);
   const rules = blocks.find((block) => block.startsWith("groups:"));
@@ -116,4 +125,30 @@ Deno.test({
       await Deno.remove(dir, { recursive: true });
     }
   },
+});
+
+Deno.test("docs/operators.md's metrics table names every family /metrics serves, and every outcome", () => {
+  const table = metricsSection().split("\n").filter((l) => l.startsWith("| `"));
+  const figures = new Figures({
+    routes: [],
+    lease: { held: true, subscribe: () => {} },
+  });
+  figures.storeCall("get", 0.001);
+  figures.outcome("valid", 1);
+  const served = new Set(
+    [...exposition(figures.read()).matchAll(/^# TYPE (\w+) /gm)].map((m) =>
+      m[1]
+    ),
+  );
+  const documented = new Set(
+    table.map((line) => line.match(/^\| `(\w+)`/)![1]),
+  );
+  assert.deepEqual([...documented].sort(), [...served].sort());
+  const outcomes = table.find((line) =>
+    line.startsWith("| `integration_auth_outcomes_total`")
+  )!.split("|")[3].replace("`outcome`:", "");
+  assert.deepEqual(
+    [...outcomes.matchAll(/`(\w+)`/g)].map((m) => m[1]).sort(),
+    Object.keys(OUTCOME_OF).sort(),
+  );
 });
