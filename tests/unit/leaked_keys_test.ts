@@ -12,6 +12,7 @@ import fc from "fast-check";
 import { generateApiKey, hashApiKey } from "../../lib/auth/api_key.ts";
 import type { LeakedKeyAction } from "../../lib/auth/leak_reports.ts";
 import { LockoutTracker } from "../../lib/auth/lockout.ts";
+import { readJsonBody } from "../../lib/http/json_body.ts";
 import { createHandler } from "../../lib/server/handler.ts";
 import { CONNECTION_PATH } from "../../lib/routes/connection.ts";
 import {
@@ -186,6 +187,41 @@ Deno.test("a body that is not a JSON list of at most 100 strings gets 400 invali
   await t.background.settled();
   assert.equal((await t.store.get(t.valid.record.id))?.status, "valid");
   assert.ok(!(await t.audit()).some((line) => line.action === "expose"));
+});
+
+Deno.test("any JSON that is not a list of at most 100 strings gets the one 400 code, whatever it holds", async () => {
+  await using t = await setup();
+  const wellFormed = (value: unknown) =>
+    Array.isArray(value) && value.length <= MAX_VALUES &&
+    value.every((item) => typeof item === "string");
+  await fc.assert(
+    fc.asyncProperty(
+      fc.jsonValue().filter((value) => !wellFormed(value)),
+      async (value) => {
+        const answer = await t.report(value);
+        assert.equal(answer.status, 400);
+        assert.equal((await answer.json()).error, "invalid_body");
+      },
+    ),
+    { numRuns: 100 },
+  );
+});
+
+Deno.test("a body that does not arrive whole in time is refused, not waited for", async () => {
+  const never = new Request("http://localhost/", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode("["));
+      },
+    }),
+  });
+  const read = await readJsonBody(never, { maxBytes: 1024, timeoutMs: 20 });
+  assert.deepEqual(read, {
+    ok: false,
+    message: "The body did not arrive within 0.02 s",
+  });
 });
 
 Deno.test("a body streamed past 64 KiB is refused without reading it all", async () => {
