@@ -298,7 +298,7 @@ export async function exposeKey(
     detail: reported
       ? AUDIT_DETAIL.reported(options.from)
       : AUDIT_DETAIL.expose(options.from),
-  });
+  }, { source: options.source ?? "url", from: options.from });
   return true;
 }
 

@@ -66,12 +66,7 @@ function factsOf(line: AuditEntry, record: KeyRecord): Record<string, unknown> {
     case "rotate":
       return { replacedBy: record.replacedBy, worksUntil: record.expiresAt };
     case "expose":
-      return {
-        exposedAt: record.exposedAt,
-        from: record.exposedFrom,
-        detail: line.detail,
-        actor: line.actor,
-      };
+      return { exposedAt: record.exposedAt, detail: line.detail };
     case "allow_from":
       return { changed: "allowFrom", allowFrom: record.allowFrom };
     case "rate_limit":

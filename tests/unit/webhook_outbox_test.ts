@@ -139,6 +139,7 @@ Deno.test("each change raises its event once per subscribed endpoint, in its own
         email: exposed.event.data.email,
         hint: exposed.event.data.hint,
         from: exposed.event.data.from,
+        source: exposed.event.data.source,
       },
       {
         keyId: created.id,
@@ -146,6 +147,7 @@ Deno.test("each change raises its event once per subscribed endpoint, in its own
         email: "berlin@example.com",
         hint: fresh.hint,
         from: "192.0.2.7",
+        source: "url",
       },
     );
     const network = pending.find((d) => d.event.type === "key.new_network")!;
