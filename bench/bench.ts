@@ -14,7 +14,10 @@
  * behind nginx, at the same connections in the same store block, so the
  * ratios hold on any machine; (b) is also compared with (f), and with (j)
  * a valid key on a second server of the same store started with
- * METRICS_PORT, its /metrics scraped every second (issue 31: ≥ 95%).
+ * METRICS_PORT, its /metrics scraped every second (issue 31: ≥ 95%), and
+ * with (k) a valid key on (b)'s server while the store holds a webhook
+ * endpoint, added just before the row and removed after it, as endpoints
+ * are every server's (issue 32: ≥ 95%).
  *
  * The server is the real one, started from the `start` task: request log
  * on (drained through a pipe, as a log collector would), lock-out on with a
@@ -63,6 +66,8 @@ import type { StoreLocation } from "../lib/server/config.ts";
 import { openStore } from "../lib/store/open.ts";
 import { newRecord } from "../lib/store/records.ts";
 import type { ExportItem, KeyRecord } from "../lib/store/types.ts";
+import { EVENT_TYPES } from "../lib/store/webhook_types.ts";
+import { newSecret } from "../lib/webhooks/sign.ts";
 import {
   type ServerProcess,
   startServer,
@@ -121,6 +126,8 @@ const TARGET_VS_BARE = 0.75;
 const TARGET_VS_NO_AUTH = 0.9;
 /** Issue 31's: valid-key throughput with METRICS_PORT set, against without. */
 const TARGET_WITH_METRICS = 0.95;
+/** Issue 32's: valid-key throughput with a webhook endpoint configured, against without. */
+const TARGET_WITH_WEBHOOK = 0.95;
 const TARGET_RSS_MB = 80;
 const TARGET_RSS_KEYS = 10_000;
 
@@ -223,6 +230,32 @@ async function prepare(
   return { valid: valid.key, revoked: revoked.key, limited: limited.key };
 }
 
+/**
+ * Adds an endpoint (the bare server, answering anything) to the store, or
+ * removes the one added: its sender reads the outbox every second.
+ */
+async function webhookEndpoint(
+  location: StoreLocation,
+  action: "add" | "remove",
+): Promise<void> {
+  const store = await openStore(location);
+  try {
+    if (action === "add") {
+      await store.webhooks.addEndpoint({
+        url: `http://127.0.0.1:${BARE_PORT}/hooks`,
+        events: [...EVENT_TYPES],
+        signingKey: newSecret().signingKey,
+      });
+    } else {
+      for (const endpoint of await store.webhooks.endpoints()) {
+        await store.webhooks.removeEndpoint(endpoint.id);
+      }
+    }
+  } finally {
+    await store.close();
+  }
+}
+
 async function machine(): Promise<string> {
   const run = async (cmd: string, args: string[]) =>
     new TextDecoder().decode(
@@ -311,6 +344,8 @@ async function main(): Promise<number> {
           LOCKOUT_MAX_FAILURES: "1000000000",
           // The flood rows send their addresses through a "proxy".
           TRUSTED_PROXIES: "127.0.0.1",
+          // Row (k)'s endpoint: the bare server, which answers anything.
+          WEBHOOK_HOSTS: `127.0.0.1:${BARE_PORT}`,
           ...store.env,
         },
         "start",
@@ -359,6 +394,11 @@ async function main(): Promise<number> {
         ["(d) unknown key", generateApiKey().key, server.url + ROUTE],
         ["(e) revoked key", revoked, server.url + ROUTE],
         [
+          "(k) valid key, a webhook endpoint configured",
+          valid,
+          server.url + ROUTE,
+        ],
+        [
           "(f) same serving layer, no key check",
           undefined,
           `http://127.0.0.1:${NO_AUTH_PORT}${ROUTE}`,
@@ -401,8 +441,12 @@ async function main(): Promise<number> {
       }
       for (const connections of CONNECTIONS) {
         for (const [scenario, key, url] of scenarios) {
+          // Only for its own row: the store's endpoints are every server's.
+          const hooked = scenario.startsWith("(k)");
+          if (hooked) await webhookEndpoint(store.location, "add");
           const warmUp = await wrk(url, connections, key); // discarded
           const result = await wrk(url, connections, key);
+          if (hooked) await webhookEndpoint(store.location, "remove");
           rows.push({ keys: size, scenario, connections, ...result });
           // The bare and no-auth servers' requests cost the store nothing;
           // rows (h) are the socket server's, not this one's.
@@ -615,6 +659,19 @@ function targets(
           } of without at ${plural(c)} (${keys} keys)`,
           percent(metricsRow.rps / row.rps),
           metricsRow.rps / row.rps >= TARGET_WITH_METRICS,
+        );
+      }
+    }
+    for (const c of [1, 32, 128]) {
+      const row = pick("(b)", c, keys);
+      const hookedRow = pick("(k)", c, keys);
+      if (row && hookedRow) {
+        check(
+          `valid key with a webhook endpoint configured ≥ ${
+            percent(TARGET_WITH_WEBHOOK)
+          } of without at ${plural(c)} (${keys} keys)`,
+          percent(hookedRow.rps / row.rps),
+          hookedRow.rps / row.rps >= TARGET_WITH_WEBHOOK,
         );
       }
     }
