@@ -55,6 +55,9 @@ export class WebhookSender {
   #round: Promise<void> | null = null;
   #again = false;
   #lastHousekeeping = -Infinity;
+  #housekeepingRun: Promise<void> | null = null;
+  /** The code of the failure the last round ended in; null when it succeeded. */
+  #failure: string | null = null;
   #timer: ReturnType<typeof setInterval> | undefined;
   #stop = new AbortController();
 
@@ -84,9 +87,7 @@ export class WebhookSender {
       return;
     }
     this.#round = this.#roundOnce()
-      .catch((error) =>
-        this.#log({ msg: "webhook_round_failed", code: codeOf(error) })
-      )
+      .then(() => this.#failing(null), (error) => this.#failing(error))
       .finally(() => {
         this.#round = null;
         if (this.#again) {
@@ -96,16 +97,16 @@ export class WebhookSender {
       });
   }
 
-  /** One round: claims and starts what is due; resolves once it has started them. */
-  async settledRound(): Promise<void> {
-    this.poke();
-    while (this.#round !== null) await this.#round;
-  }
-
-  /** Resolves once every delivery under way has been recorded. */
+  /** Resolves once every delivery and housekeeping under way has been recorded. */
   async idle(): Promise<void> {
-    await this.settledRound();
-    while (this.#sending.size > 0) await Promise.all(this.#sending);
+    this.poke();
+    // A finished send starts a round at once, so quiet means all three.
+    while (
+      this.#round !== null || this.#housekeepingRun !== null ||
+      this.#sending.size > 0
+    ) {
+      await Promise.all([this.#round, this.#housekeepingRun, ...this.#sending]);
+    }
   }
 
   /** Stops reading; deliveries in flight are cut off and left due at once for another server. */
@@ -113,15 +114,38 @@ export class WebhookSender {
     clearInterval(this.#timer);
     this.#stop.abort();
     while (this.#round !== null) await this.#round;
+    await this.#housekeepingRun;
     while (this.#sending.size > 0) await Promise.all(this.#sending);
+  }
+
+  /** Logs a round's failure once, and its recovery, not every second of an outage. */
+  #failing(error: unknown): void {
+    const code = error === null ? null : codeOf(error);
+    if (code === this.#failure) return;
+    this.#failure = code;
+    this.#log(
+      code === null
+        ? { msg: "webhook_rounds_resumed" }
+        : { msg: "webhook_round_failed", code },
+    );
   }
 
   async #roundOnce(): Promise<void> {
     const endpoints = await this.#store.webhooks.endpoints();
     const now = this.#now();
-    if (now - this.#lastHousekeeping >= this.#housekeepingMs) {
+    if (
+      now - this.#lastHousekeeping >= this.#housekeepingMs &&
+      this.#housekeepingRun === null
+    ) {
+      // Beside the rounds: a retirement waits for every server, which
+      // must not hold up a delivery.
       this.#lastHousekeeping = now;
-      await this.#housekeeping(endpoints.length > 0, new Date(now));
+      this.#housekeepingRun = this.#housekeeping(
+        endpoints.length > 0,
+        new Date(now),
+      ).catch((error) =>
+        this.#log({ msg: "webhook_housekeeping_failed", code: codeOf(error) })
+      ).finally(() => this.#housekeepingRun = null);
     }
     for (const endpoint of endpoints) {
       const free = this.#perEndpoint - (this.#inFlight.get(endpoint.id) ?? 0);

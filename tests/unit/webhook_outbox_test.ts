@@ -9,6 +9,8 @@ import assert from "node:assert/strict";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import { retireExpired } from "../../lib/store/expiry.ts";
 import { openKvStore } from "../../lib/store/kv.ts";
+import { newRecord } from "../../lib/store/records.ts";
+import type { ExportItem } from "../../lib/store/types.ts";
 import type { KeyService } from "../../lib/store/keys.ts";
 import { EVENT_TYPES } from "../../lib/store/webhook_types.ts";
 import { sweepOutbox } from "../../lib/webhooks/housekeeping.ts";
@@ -312,6 +314,32 @@ Deno.test("past its bound the outbox drops its oldest deliveries, each with a lo
     await sender.stop();
     assert.equal(receiver.received.length, 6);
     assert.ok(receiver.received.some((r) => `${r.id}.1` === oldest[0]));
+  } finally {
+    await store.close();
+  }
+});
+
+Deno.test("an import that fails, wiping what it staged, leaves the webhook endpoints and outbox in place", async () => {
+  const store = await openKvStore(await kvFile());
+  await using receiver = startReceiver();
+  try {
+    await subscribe(store, receiver);
+    const { fresh } = newKey("imported");
+    const record = newRecord(1, {
+      name: "imported",
+      email: "imported@example.com",
+      hash: fresh.hash,
+      hint: fresh.hint,
+    }, new Date());
+    async function* items(): AsyncIterable<ExportItem> {
+      yield { type: "key", record };
+      yield { type: "bogus" } as unknown as ExportItem;
+    }
+    await assert.rejects(store.importAll(items(), ACTOR));
+    assert.equal(await store.get(1), null, "the import was wiped");
+    assert.equal((await store.webhooks.endpoints()).length, 1);
+    await store.create(newKey("after").input, ACTOR);
+    assert.equal((await store.webhooks.deliveries()).length, 1);
   } finally {
     await store.close();
   }

@@ -56,7 +56,10 @@ interface ImportMarker {
   actor: string;
 }
 
-/** What a wipe keeps: the revisions, which only grow, and the servers' registrations. */
+/**
+ * What a wipe keeps: the revisions, which only grow, the servers'
+ * registrations, and the webhook endpoints and outbox, which are no key's.
+ */
 const META_KEYS = new Set<KeyPart>([
   REVISION[0],
   AUTH_REVISION[0],
@@ -64,6 +67,9 @@ const META_KEYS = new Set<KeyPart>([
   IMPORTING[0],
   IMPORT_REVISION[0],
   LAYOUT[0],
+  "webhooks",
+  "webhook_due",
+  "webhook_done",
 ]);
 
 /**
