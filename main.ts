@@ -157,6 +157,11 @@ export async function serve(): Promise<void> {
   const metrics = config.metrics &&
     serveMetrics(() => figures.read(), {
       ...config.metrics,
+      limits: {
+        headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
+        idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
+      },
+      onEvent: (event) => log.write({ ...event, listener: "metrics" }),
       onListen: ({ hostname, port }) => {
         const host = hostname.includes(":") ? `[${hostname}]` : hostname;
         log.write({

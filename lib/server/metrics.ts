@@ -3,12 +3,27 @@
  * loopback by default), in Prometheus's text exposition format 0.0.4,
  * written here: npm's prom-client took about 110 ns and a label string per
  * increment (a plain one 8 ns) and 20 MB of memory to load, for a format
- * this small. Every other request is 404.
+ * this small. Every other request is 404. The listener is guarded as the
+ * integrators' port is (lib/server/serve.ts): `Deno.serve` ends the process
+ * when a flood of connections runs it out of descriptors, and keeps a head
+ * that never ends open for ever.
  *
  * @module
  */
 
 import { type FigureReading, LATENCY_BUCKETS } from "./figures.ts";
+import {
+  type ConnectionLimits,
+  type GuardedServer,
+  type ServeEvent,
+  serveGuarded,
+} from "./serve.ts";
+
+/**
+ * Connections the metrics listener keeps: a scraper or two hold one each.
+ * Few, so a flood there leaves the integrators' port its descriptors.
+ */
+export const METRICS_CONNECTIONS = 16;
 
 /** The exposition format's media type. */
 export const CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
@@ -119,17 +134,20 @@ function labelText(labels: Labels): string {
   return pairs.length === 0 ? "" : `{${pairs.join(",")}}`;
 }
 
-/** Serves `GET /metrics` from `read` on its own listener. */
+/** Serves `GET /metrics` from `read` on its own guarded listener. */
 export function serveMetrics(
   read: () => FigureReading,
   options: {
     hostname: string;
     port: number;
+    /** The header and idle timeouts; at most {@linkcode METRICS_CONNECTIONS} connections. */
+    limits?: Partial<ConnectionLimits>;
     onListen?: (addr: Deno.NetAddr) => void;
+    onEvent?: (event: ServeEvent) => void;
   },
-): Deno.HttpServer<Deno.NetAddr> {
-  const { hostname, port, onListen = () => {} } = options;
-  return Deno.serve({ hostname, port, onListen }, (request) => {
+): GuardedServer {
+  const { hostname, port, onListen = () => {}, onEvent } = options;
+  return serveGuarded((request) => {
     if (
       request.method !== "GET" || new URL(request.url).pathname !== "/metrics"
     ) {
@@ -138,5 +156,11 @@ export function serveMetrics(
     return new Response(exposition(read()), {
       headers: { "content-type": CONTENT_TYPE },
     });
+  }, {
+    hostname,
+    port,
+    limits: { ...options.limits, maxConnections: METRICS_CONNECTIONS },
+    onListen: (addr) => onListen(addr as Deno.NetAddr),
+    onEvent,
   });
 }
