@@ -333,15 +333,15 @@ export async function noteRefused(
   uses: Iterable<{ address: string; at: Date }>,
 ): Promise<void> {
   const lists = await draft.usage(id);
-  const record = await draft.get(id);
-  if (lists === null || record === null) return;
+  if (lists === null) return;
   const added = [...uses];
   draft.putUsage(id, { refused: appendRefused(lists.refused, added) });
   const known = new Set(lists.refused.map((use) => networkKey(use.address)));
   const networks = [
     ...new Set(added.map((use) => networkKey(use.address))),
   ].filter((network) => !known.has(network));
-  if (networks.length > 0) {
+  const record = networks.length > 0 ? await draft.get(id) : null;
+  if (record !== null) {
     draft.raise({ type: "key.refused_network", record, facts: { networks } });
   }
 }

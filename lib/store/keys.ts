@@ -58,8 +58,11 @@ export interface KeyServiceOptions {
   onCall?: (method: keyof KeyStore) => void;
 }
 
-/** Network notes (audit lines) per change: well under any backend's commit limit. */
-const NOTES_PER_CHANGE = 200;
+/**
+ * Network notes (audit lines) per change: with a webhook delivery per line
+ * for each of at most 10 endpoints, 550 writes, under Deno KV's 1,000.
+ */
+const NOTES_PER_CHANGE = 50;
 
 /** The key store: the rules once, over one backend's primitives. */
 export class KeyService implements KeyStore {

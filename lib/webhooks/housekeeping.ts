@@ -50,7 +50,12 @@ export async function sweepOutbox(
  */
 export async function remindOfExpiry(
   store: Pick<KeyStore, "dueKeys" | "get" | "retire" | "noteExpiring">,
-  options: { now: Date; days: readonly number[] },
+  options: {
+    now: Date;
+    days: readonly number[];
+    /** Reminders this process settled already, so each costs one change. */
+    settled: Set<string>;
+  },
 ): Promise<void> {
   const now = options.now.getTime();
   const horizon = new Date(now + Math.max(0, ...options.days) * DAY);
@@ -62,13 +67,25 @@ export async function remindOfExpiry(
     if (error instanceof ImportStateError) return;
     throw error;
   }
+  const seen = new Set<string>();
   for (const id of ids) {
     const record = await store.get(id);
     if (record?.status !== "valid" || record.expiresAt === null) continue;
-    if (Date.parse(record.expiresAt) <= now) {
+    const left = Date.parse(record.expiresAt) - now;
+    if (left <= 0) {
       await retireExpired(store, id, { actor: "expiry" });
-    } else {
-      await store.noteExpiring(id, options);
+      continue;
     }
+    const nearest = Math.min(...options.days.filter((d) => left <= d * DAY));
+    const reminder = `${id} ${record.expiresAt} ${nearest}`;
+    if (nearest === Infinity) continue;
+    seen.add(reminder);
+    if (options.settled.has(reminder)) continue;
+    await store.noteExpiring(id, options);
+    options.settled.add(reminder);
+  }
+  // Kept only while due, so the set is as large as the keys due soon.
+  for (const reminder of options.settled) {
+    if (!seen.has(reminder)) options.settled.delete(reminder);
   }
 }

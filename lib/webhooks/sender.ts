@@ -56,6 +56,8 @@ export class WebhookSender {
   #again = false;
   #lastHousekeeping = -Infinity;
   #housekeepingRun: Promise<void> | null = null;
+  /** Expiry reminders settled (`key deadline days`), each noted once per process. */
+  #reminded = new Set<string>();
   /** The code of the failure the last round ended in; null when it succeeded. */
   #failure: string | null = null;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -165,7 +167,13 @@ export class WebhookSender {
 
   async #housekeeping(any: boolean, now: Date): Promise<void> {
     await sweepOutbox(this.#store, { now, log: this.#log });
-    if (any) await remindOfExpiry(this.#store, { now, days: this.#days });
+    if (any) {
+      await remindOfExpiry(this.#store, {
+        now,
+        days: this.#days,
+        settled: this.#reminded,
+      });
+    }
   }
 
   #track(endpoint: StoredEndpoint, claim: Claim): void {

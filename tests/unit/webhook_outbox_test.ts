@@ -13,7 +13,10 @@ import { newRecord } from "../../lib/store/records.ts";
 import type { ExportItem } from "../../lib/store/types.ts";
 import type { KeyService } from "../../lib/store/keys.ts";
 import { EVENT_TYPES } from "../../lib/store/webhook_types.ts";
-import { sweepOutbox } from "../../lib/webhooks/housekeeping.ts";
+import {
+  remindOfExpiry,
+  sweepOutbox,
+} from "../../lib/webhooks/housekeeping.ts";
 import { WebhookSender } from "../../lib/webhooks/sender.ts";
 import { newSecret } from "../../lib/webhooks/sign.ts";
 import { until } from "../support/wait.ts";
@@ -342,5 +345,51 @@ Deno.test("an import that fails, wiping what it staged, leaves the webhook endpo
     assert.equal((await store.webhooks.deliveries()).length, 1);
   } finally {
     await store.close();
+  }
+});
+
+Deno.test("expiry reminders are raised once each, at 14 days and at 1 day, however many servers and rounds remind", async () => {
+  const path = await kvFile();
+  const stores = [await openKvStore(path), await openKvStore(path)];
+  await using receiver = startReceiver();
+  try {
+    await subscribe(stores[0], receiver, ["key.expiring"]);
+    const day = 86_400_000;
+    const start = Date.now();
+    const far = await stores[0].create(
+      newKey("far", {
+        expiresAt: new Date(start + 10 * day).toISOString(),
+      }).input,
+      ACTOR,
+    );
+    await stores[0].create(
+      newKey("near", {
+        expiresAt: new Date(start + 12 * 3_600_000).toISOString(),
+      }).input,
+      ACTOR,
+    );
+    const settled = stores.map(() => new Set<string>());
+    const remind = async (now: number) => {
+      for (const [i, store] of stores.entries()) {
+        for (let round = 0; round < 2; round++) {
+          await remindOfExpiry(store, {
+            now: new Date(now),
+            days: [14, 1],
+            settled: settled[i],
+          });
+        }
+      }
+    };
+    await remind(start);
+    const reminders = async () =>
+      (await stores[0].webhooks.deliveries()).map((d) =>
+        `${d.event.data.name} ${d.event.data.daysBefore}`
+      ).sort();
+    assert.deepEqual(await reminders(), ["far 14", "near 1"]);
+    await remind(start + 9.5 * day);
+    assert.deepEqual(await reminders(), ["far 1", "far 14", "near 1"]);
+    assert.equal((await stores[0].get(far.id))?.status, "valid");
+  } finally {
+    for (const store of stores) await store.close();
   }
 });
