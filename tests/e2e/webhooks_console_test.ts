@@ -146,6 +146,40 @@ Deno.test("keys webhooks test reports what the receiver answered, through a runn
       [["webhook.test", 1], ["webhook.test", 1], ["webhook.test", 1]],
     );
     assert.ok(!server.output().includes(add.stdout.trim().slice(6)));
+
+    // The attempts, newest first, and one sent again under its own id.
+    const table = await keys(dir.path, ["webhooks", "deliveries"], ENV);
+    assert.equal(table.code, 0, table.stderr);
+    assert.match(table.stdout, /^DELIVERY +TYPE +STATE +TRIES +LAST/);
+    const rows = table.stdout.trim().split("\n").slice(1);
+    assert.equal(rows.length, 3);
+    assert.match(rows[0], /webhook\.test +failed +1 +500 /);
+    assert.match(rows[1], /webhook\.test +delivered +1 +204 /);
+    const failedId = rows[0].split(/ +/)[0];
+    receiver.behave({ status: 204 });
+    const again = await keys(
+      dir.path,
+      ["webhooks", "redeliver", failedId, "--json"],
+      ENV,
+    );
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal(JSON.parse(again.stdout).state, "pending");
+    const id = failedId.slice(0, failedId.lastIndexOf("."));
+    await server.waitForOutput(
+      new RegExp(`"deliveryId":"${failedId}".*"outcome":"delivered"`),
+    );
+    assert.deepEqual(
+      receiver.received.filter((r) => r.id === id).length,
+      2,
+      "the same webhook-id again",
+    );
+    const unknown = await keys(
+      dir.path,
+      ["webhooks", "redeliver", "msg_nope.1", "--json"],
+      ENV,
+    );
+    assert.equal(unknown.code, 1);
+    assert.equal(JSON.parse(unknown.stdout).error.code, "delivery_not_found");
   }
   {
     // A server not granted the receiver's host cannot reach it, and says so.
