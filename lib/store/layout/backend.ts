@@ -287,8 +287,10 @@ export class EntryBackend implements StoreBackend {
     const found = [];
     for await (const entry of this.#kv.list({ prefix: ["instances"] })) {
       const id = entry.key[1];
-      // Not a key this store writes: no server can hold a lease on it.
-      if (typeof id !== "string") continue;
+      // Not a key this store writes: no server can hold a lease on it. One
+      // below a registration's key would list its id twice, at two versions
+      // that alternate, which a watch would take for a renewing server.
+      if (typeof id !== "string" || entry.key.length !== 2) continue;
       found.push({ id, version: entry.versionstamp, stored: entry.value });
     }
     return found;
