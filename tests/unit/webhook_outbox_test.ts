@@ -334,10 +334,10 @@ Deno.test("an import that fails, wiping what it staged, leaves the webhook endpo
       hash: fresh.hash,
       hint: fresh.hint,
     }, new Date());
-    async function* items(): AsyncIterable<ExportItem> {
+    const items = async function* (): AsyncIterable<ExportItem> {
       yield { type: "key", record };
       yield { type: "bogus" } as unknown as ExportItem;
-    }
+    };
     await assert.rejects(store.importAll(items(), ACTOR));
     assert.equal(await store.get(1), null, "the import was wiped");
     assert.equal((await store.webhooks.endpoints()).length, 1);
@@ -391,5 +391,59 @@ Deno.test("expiry reminders are raised once each, at 14 days and at 1 day, howev
     assert.equal((await stores[0].get(far.id))?.status, "valid");
   } finally {
     for (const store of stores) await store.close();
+  }
+});
+
+Deno.test("a try past its deadline, a refused connection and a stop each leave the delivery due again, with the reason recorded", async () => {
+  const store = await openKvStore(await kvFile());
+  await using hanging = startReceiver();
+  hanging.behave({ hang: true });
+  try {
+    await subscribe(store, hanging);
+    // Nothing listens on port 1 of this host.
+    await store.webhooks.addEndpoint({
+      url: "http://127.0.0.1:1/hooks",
+      events: [...EVENT_TYPES],
+      signingKey: newSecret().signingKey,
+    });
+    await store.create(newKey("k").input, ACTOR);
+    const quick = new WebhookSender(store, {
+      timeoutMs: 200,
+      retryBaseMs: 3_600_000,
+      log: () => {},
+    });
+    await quick.idle();
+    await quick.stop();
+    const reasons = async () =>
+      (await store.webhooks.deliveries()).map((d) => [
+        d.endpointId,
+        d.state,
+        d.attempts.map((a) => a.error),
+      ]).sort();
+    assert.deepEqual(await reasons(), [
+      [1, "pending", ["timeout"]],
+      [2, "pending", ["connection"]],
+    ]);
+    hanging.release(204);
+
+    // A stop cuts a try short and leaves the delivery due at once.
+    await store.create(newKey("k2").input, ACTOR);
+    const stopping = new WebhookSender(store, {
+      timeoutMs: 60_000,
+      retryBaseMs: 3_600_000,
+      log: () => {},
+    });
+    stopping.start();
+    await until(() => hanging.hanging === 1, "a try held open");
+    const stoppedAt = Date.now();
+    await stopping.stop();
+    const stopped = (await store.webhooks.deliveries({ endpointId: 1 }))
+      .find((d) => d.attempts.at(-1)?.error === "stopped")!;
+    assert.equal(stopped.state, "pending");
+    assert.ok(Date.parse(stopped.dueAt) <= Date.now());
+    assert.ok(Date.parse(stopped.dueAt) >= stoppedAt - 1000);
+  } finally {
+    hanging.release(204);
+    await store.close();
   }
 });
