@@ -145,15 +145,8 @@ export async function serve(): Promise<void> {
     log.flush();
   };
   const onEvent = (event: Record<string, unknown>) => log.write(event);
-  if (config.socketPath === null && config.port !== 0) {
-    // A port in use fails the start here, before it registers: even a
-    // registration removed at once would change every share for a listing.
-    Deno.listen({
-      hostname: config.hostname,
-      port: config.port,
-      reusePort: config.reusePort,
-    }).close();
-  }
+  // Before the port is tried below: were it the same one, taken here, the
+  // start fails there rather than after registering.
   const metrics = config.metrics &&
     serveMetrics(() => figures.read(), {
       ...config.metrics,
@@ -170,6 +163,15 @@ export async function serve(): Promise<void> {
         });
       },
     });
+  if (config.socketPath === null && config.port !== 0) {
+    // A port in use fails the start here, before it registers: even a
+    // registration removed at once would change every share for a listing.
+    Deno.listen({
+      hostname: config.hostname,
+      port: config.port,
+      reusePort: config.reusePort,
+    }).close();
+  }
   try {
     // Registered and holding a lease before the first request, if the store
     // answers; if not, requests read the store until it does.

@@ -259,6 +259,19 @@ export function readConfig(env: EnvReader, options: ReadOptions = {}): Config {
       "SOCKET_PATH and TLS_CERT_FILE are both set; behind nginx on a socket, nginx ends TLS: unset TLS_CERT_FILE and TLS_KEY_FILE",
     );
   }
+  const { metrics } = config;
+  // Else the start would fail on the bind, after /metrics took the
+  // integrators' address and the server had registered.
+  if (
+    metrics !== null && config.socketPath === null && metrics.port !== 0 &&
+    metrics.port === config.port &&
+    (metrics.hostname === config.hostname ||
+      [metrics.hostname, config.hostname].some((h) => WILDCARDS.has(h)))
+  ) {
+    throw new ConfigError(
+      `METRICS_PORT is PORT (${config.port}) on an address both would listen on; /metrics never shares the integrators' port: set METRICS_PORT to a port of its own, such as 9464`,
+    );
+  }
   if (config.socketPath !== null && config.reusePort) {
     throw new ConfigError(
       "SOCKET_PATH and REUSE_PORT=1 are both set; a socket belongs to one server: give each its own SOCKET_PATH and list them all in nginx's upstream",
@@ -362,6 +375,9 @@ function integer(
   }
   return value;
 }
+
+/** Addresses that listen on every interface, so on any address of the same port. */
+const WILDCARDS = new Set(["0.0.0.0", "::", ""]);
 
 function hostname(env: EnvReader, name: string, fallback: string): string {
   const raw = nonEmpty(env, name);

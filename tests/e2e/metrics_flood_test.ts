@@ -9,6 +9,9 @@
 import assert from "node:assert/strict";
 import {
   createKey,
+  freePort,
+  keys,
+  refusedStart,
   type ServerProcess,
   startServer,
   tempDir,
@@ -145,4 +148,21 @@ Deno.test("a head never finished on the metrics port is closed after HEADER_TIME
   } finally {
     closeAll([conn]);
   }
+});
+
+Deno.test("METRICS_PORT equal to PORT is refused before anything listens or registers, with one line naming both", async () => {
+  using dir = tempDir();
+  const env = { DENO_KV_PATH: `${dir.path}/keys.db` };
+  const port = String(freePort());
+  const { code, output } = await refusedStart(dir.path, {
+    ...env,
+    PORT: port,
+    HOST: "127.0.0.1",
+    METRICS_PORT: port,
+  });
+  assert.equal(code, 1, output);
+  assert.match(output, new RegExp(`^METRICS_PORT is PORT \\(${port}\\)`, "m"));
+  assert.doesNotMatch(output, /"msg":"(metrics_)?listening"/);
+  const status = await keys(dir.path, ["status", "--json"], env);
+  assert.deepEqual(JSON.parse(status.stdout).servers, [], status.stdout);
 });

@@ -292,6 +292,37 @@ Deno.test("readConfig() serves metrics only when METRICS_PORT is set, on loopbac
   );
 });
 
+Deno.test("readConfig() refuses METRICS_PORT equal to PORT on an address they share, naming both; another address may share the number", () => {
+  const refused = (vars: Record<string, string>) =>
+    assert.throws(
+      () => readConfig(env(vars)),
+      (error: unknown) =>
+        error instanceof ConfigError &&
+        /^METRICS_PORT is PORT \(8000\)/.test(error.message) &&
+        error.message.includes("set METRICS_PORT to a port of its own"),
+    );
+  refused({ PORT: "8000", METRICS_PORT: "8000" });
+  refused({ PORT: "8000", HOST: "127.0.0.1", METRICS_PORT: "8000" });
+  refused({
+    PORT: "8000",
+    HOST: "::1",
+    METRICS_HOST: "::",
+    METRICS_PORT: "8000",
+  });
+  assert.equal(
+    readConfig(env({
+      PORT: "8000",
+      HOST: "10.0.0.5",
+      METRICS_PORT: "8000",
+    })).metrics?.port,
+    8000,
+  );
+  assert.equal(
+    readConfig(env({ PORT: "0", METRICS_PORT: "0" })).metrics?.port,
+    0,
+  );
+});
+
 Deno.test("readConfig() revokes a reported leaked key unless LEAKED_KEY_ACTION=notify, and refuses any other action", () => {
   assert.equal(readConfig(env({})).leakedKeyAction, "revoke");
   assert.equal(
