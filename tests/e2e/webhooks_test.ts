@@ -1,8 +1,9 @@
 /**
  * Webhooks end to end, on Deno KV and on PostgreSQL, with two servers started
  * as an operator starts them: endpoints added with the console, events raised
- * by the console, by requests and by time, and a loopback receiver that
- * verifies every delivery with the `standardwebhooks` reference library. Each
+ * by the console, by requests, by a leaked-key report and by time, and a
+ * loopback receiver that verifies every delivery with the `standardwebhooks`
+ * reference library. Each
  * event reaches each endpoint subscribed to it exactly once (by webhook-id,
  * what a receiver acts on), through a receiver answering 503 for a while (the
  * retry base shortened, so no real minute passes) and a server killed with
@@ -36,10 +37,10 @@ const EVERY_EVENT: Record<string, number> = {
   "key.new_network": 2,
   "key.refused_network": 1,
   "key.rate_limited": 1,
-  "key.exposed": 1,
+  "key.exposed": 2,
   "key.updated": 1,
   "key.rotated": 1,
-  "key.revoked": 1,
+  "key.revoked": 2,
 };
 
 type Env = Record<string, string>;
@@ -182,6 +183,23 @@ async function scenario(store: Env): Promise<void> {
       "key.exposed": 1,
     };
     await until(() => hasAll(all, untilNow), "the first events");
+    // Anyone may report a key found in the open: exposed, and revoked.
+    const report = await fetch(`${one.url}/api/v1/keys/leaked`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(["not a key", limited.key]),
+    });
+    assert.equal(report.status, 202);
+    await report.body?.cancel();
+    await until(
+      () => hasAll(all, { "key.exposed": 2, "key.revoked": 1 }),
+      "the report's events",
+    );
+    const reported = all.received.filter((r) =>
+      r.type === "key.exposed" && r.data.keyId === limited.id
+    );
+    assert.equal(reported[0].data.source, "report");
+    assert.equal(reported[0].data.from, "127.0.0.1");
 
     // Down for "a minute": every try answered 503, then it is back.
     all.behave({ status: 503 });
@@ -227,10 +245,12 @@ async function scenario(store: Env): Promise<void> {
   }
 
   assert.deepEqual(counts(all), EVERY_EVENT);
-  assert.deepEqual(counts(some), { "key.revoked": 1, "key.exposed": 1 });
+  assert.deepEqual(counts(some), { "key.revoked": 2, "key.exposed": 2 });
   assert.equal(all.unverified + some.unverified, 0);
   // Repeats of one webhook-id come only from tries a receiver did not take.
-  const revoked = all.received.filter((r) => r.type === "key.revoked");
+  const revoked = all.received.filter((r) =>
+    r.type === "key.revoked" && r.data.name === "web"
+  );
   assert.ok(revoked.length >= 2, "the held revocation came again");
   assert.equal(new Set(revoked.map((r) => r.id)).size, 1);
 
