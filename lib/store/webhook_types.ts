@@ -113,8 +113,9 @@ export interface WebhookStore {
     input: { url: string; events: KeyEventType[]; signingKey: string },
   ): Promise<WebhookEndpoint>;
   /** Removes an endpoint (`WebhookEndpointError` when none has the id). */
-  removeEndpoint(id: number): Promise<StoredEndpoint>;
-  setSigningKey(id: number, signingKey: string): Promise<StoredEndpoint>;
+  removeEndpoint(id: number): Promise<WebhookEndpoint>;
+  /** Replaces its signing key; the endpoint as shown, without it. */
+  setSigningKey(id: number, signingKey: string): Promise<WebhookEndpoint>;
   /** Queues an event for one endpoint, due at once. */
   enqueue(event: WebhookEvent, endpointId: number): Promise<Delivery>;
   /** Up to `limit` of an endpoint's deliveries due at `now` (ms). */

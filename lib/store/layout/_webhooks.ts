@@ -131,29 +131,29 @@ export class WebhookEntries implements WebhookStore {
       };
       return {
         list: { lastId: endpoint.id, endpoints: [...list.endpoints, endpoint] },
-        result: endpoint,
+        result: shown(endpoint),
       };
     });
   }
 
   /** Removes an endpoint; its pending deliveries are dropped by the next sweep. */
-  removeEndpoint(id: number): Promise<StoredEndpoint> {
+  removeEndpoint(id: number): Promise<WebhookEndpoint> {
     return this.#edit((list) => {
       const found = list.endpoints.find((e) => e.id === id);
       if (!found) throw new WebhookEndpointError("endpoint_not_found", id);
       const endpoints = list.endpoints.filter((e) => e.id !== id);
-      return { list: { ...list, endpoints }, result: found };
+      return { list: { ...list, endpoints }, result: shown(found) };
     });
   }
 
   /** Replaces an endpoint's signing key. */
-  setSigningKey(id: number, signingKey: string): Promise<StoredEndpoint> {
+  setSigningKey(id: number, signingKey: string): Promise<WebhookEndpoint> {
     return this.#edit((list, at) => {
       const found = list.endpoints.find((e) => e.id === id);
       if (!found) throw new WebhookEndpointError("endpoint_not_found", id);
       const changed = { ...found, signingKey, secretSetAt: at };
       const endpoints = list.endpoints.map((e) => e.id === id ? changed : e);
-      return { list: { ...list, endpoints }, result: changed };
+      return { list: { ...list, endpoints }, result: shown(changed) };
     });
   }
 
@@ -331,6 +331,12 @@ export class WebhookEntries implements WebhookStore {
         : ["webhook_due", endpointId],
     }, { batchSize: 500 });
   }
+}
+
+/** An endpoint without its signing key, which only the sender reads. */
+function shown(endpoint: StoredEndpoint): WebhookEndpoint {
+  const { signingKey: _, ...rest } = endpoint;
+  return rest;
 }
 
 function claimOf(entry: Present<Delivery>): Claim {
