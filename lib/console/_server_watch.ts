@@ -100,8 +100,10 @@ export async function watchServers(
       }
     }
     previous = started;
-    for (const [id, watch] of watched) decide(watch, present.has(id), at);
-    const last = at >= first + LEASE_MS + LEASE_MARGIN_MS;
+    // What a listing shows may be as old as its start: a slow one must not
+    // stretch a registration's quiet time past what it was.
+    for (const [id, watch] of watched) decide(watch, present.has(id), started);
+    const last = started >= first + LEASE_MS + LEASE_MARGIN_MS;
     if (last || [...watched.values()].every((w) => w.state !== null)) break;
     await sleep(options.pollMs ?? POLL_MS);
   }
@@ -123,7 +125,7 @@ export async function watchServers(
   };
 }
 
-/** Decides a watch from the listing ending at `at`, or leaves it undecided (null). */
+/** Decides a watch from the listing started at `at`, or leaves it undecided (null). */
 function decide(watch: Watch, present: boolean, at: number): void {
   if (watch.removed) return;
   if (!present) {

@@ -34,7 +34,7 @@ function record(
  */
 function scripted(
   at: (t: number) => InstanceRecord[],
-  readMs = 5,
+  readMs: number | ((t: number) => number) = 5,
 ) {
   let t = 0;
   let listings = 0;
@@ -43,7 +43,7 @@ function scripted(
       instances() {
         listings++;
         const listed = at(t);
-        t += readMs;
+        t += typeof readMs === "number" ? readMs : readMs(t);
         return Promise.resolve(listed);
       },
     },
@@ -84,6 +84,18 @@ Deno.test("a server renewing every half lease is live, one killed is lapsed, wit
     `${servers[0].leaseAgeMs}`,
   );
   assert.ok(servers[1].leaseAgeMs >= LEASE_MS, `${servers[1].leaseAgeMs}`);
+});
+
+Deno.test("a listing slow to return never makes a server renewing every half lease lapsed: what it shows is as old as its start", async () => {
+  // Renewed at 1 500 ms; the listing that starts just before returns 1.7 s
+  // later, its registration unchanged since the first listing's end.
+  const alive = renewing("alive", LEASE_MS / 2);
+  const run = scripted(
+    (t) => [alive(t)],
+    (t) => t >= LEASE_MS / 2 - 150 && t < LEASE_MS / 2 ? 1700 : 5,
+  );
+  const { servers } = await watchServers(run.registry, run.options);
+  assert.deepEqual(servers.map((s) => s.state), ["live"]);
 });
 
 Deno.test("with every server renewing, the watch ends once each has been seen to renew", async () => {
