@@ -75,6 +75,8 @@ Deno.test("the store outside the checkout, TLS files elsewhere and HOST=localhos
       .sort(),
     write: [`${root.path}/var/lib/integration`],
     env: [...SERVER_VARIABLES].sort(),
+    // The host name `keys status` shows for each server.
+    sys: ["hostname"],
   });
   // The folder the store made is private; nothing landed in the checkout.
   assert.equal(
