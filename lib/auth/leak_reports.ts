@@ -4,14 +4,17 @@
  * and looked up as a request's key would be; each valid key is marked
  * exposed (source `report`) and, unless the operator chose `notify`, revoked
  * by the store's own revocation, which returns once every server has
- * acknowledged it, as a console revocation does. One log line per report:
- * the reporter's address and counts, never a value or a hash.
+ * acknowledged it, as a console revocation does. One log line per attempt:
+ * the reporter's address and counts, never a value or a hash. A report the
+ * store could not take is tried again until it answers: the reporter had
+ * its 202 and the line names no key, so nobody else could finish it.
  *
  * @module
  */
 
 import { hashApiKey } from "./api_key.ts";
 import type { AuthResult } from "./key_lookup.ts";
+import { StoreUnavailableError } from "../store/errors.ts";
 import { AUDIT_DETAIL } from "../store/records.ts";
 import type { KeyStore } from "../store/types.ts";
 import type { BackgroundWrites } from "../util/background.ts";
@@ -29,6 +32,19 @@ export interface LeakReportsOptions {
   background?: BackgroundWrites;
   log?: (fields: Record<string, unknown>) => void;
   now?: () => number;
+  /** The first wait before a report the store failed is tried again, doubled each time up to a minute; default 1 s. */
+  retryMs?: number;
+  /** Hashes of failed reports kept for a retry; past it a failed report is dropped. Default 10 000. */
+  maxWaitingHashes?: number;
+}
+
+/** A report's work: its values' hashes (the values are not kept). */
+interface Job {
+  client: string;
+  values: number;
+  hashes: Set<string>;
+  /** Attempts made so far. */
+  tries: number;
 }
 
 /**
@@ -39,6 +55,7 @@ export interface LeakReportsOptions {
 const REMARK_AFTER_MS = 60 * 60 * 1000;
 /** Keys remembered as marked; past it the oldest is forgotten (marked again at worst). */
 const REMEMBERED = 10_000;
+const MAX_RETRY_MS = 60_000;
 
 /** Takes reports and does their work off the request path. */
 export class LeakReports {
@@ -48,6 +65,10 @@ export class LeakReports {
   readonly #background?: BackgroundWrites;
   readonly #log?: LeakReportsOptions["log"];
   readonly #now: () => number;
+  readonly #retryMs: number;
+  readonly #maxWaiting: number;
+  /** Hashes held by reports waiting for a retry. */
+  #waiting = 0;
   /** Key id → when this server last marked it reported. */
   readonly #marked = new Map<number, number>();
 
@@ -61,6 +82,8 @@ export class LeakReports {
     this.#background = options.background;
     this.#log = options.log;
     this.#now = options.now ?? Date.now;
+    this.#retryMs = options.retryMs ?? 1000;
+    this.#maxWaiting = options.maxWaitingHashes ?? 10_000;
   }
 
   /**
@@ -70,18 +93,37 @@ export class LeakReports {
    */
   report(values: readonly string[], client: string): void {
     const work = new Promise((resolve) => setTimeout(resolve, 0))
-      .then(() => this.#process(values, client));
+      .then(() =>
+        this.#process({
+          client,
+          values: values.length,
+          // Every value the same way: a hash, then the index and the cache.
+          hashes: new Set(values.map(hashApiKey)),
+          tries: 0,
+        })
+      );
     this.#background?.track(work);
   }
 
-  async #process(values: readonly string[], client: string): Promise<void> {
+  /**
+   * Once more after a wait that a stop does not wait for (the store may be
+   * down for longer than a stop may take): only the attempt is tracked.
+   */
+  #retry(job: Job, waitMs: number): void {
+    this.#waiting += job.hashes.size;
+    const timer = setTimeout(() => {
+      this.#background?.track(this.#process({ ...job, tries: job.tries + 1 }));
+    }, waitMs);
+    Deno.unrefTimer(timer);
+  }
+
+  async #process(job: Job): Promise<void> {
+    const { client, hashes } = job;
     const found = new Set<number>();
     const exposed: number[] = [];
     const revoked: number[] = [];
-    let failed: string | undefined;
+    let failed: unknown;
     try {
-      // Every value the same way: a hash, then the index and the cache.
-      const hashes = new Set(values.map(hashApiKey));
       for (const hash of hashes) {
         const result = await this.#lookUp(hash);
         if (result.ok) found.add(result.record.id);
@@ -108,18 +150,32 @@ export class LeakReports {
         if (changed) revoked.push(id);
       }
     } catch (error) {
-      // The reporter had its 202; the operator reads what failed here.
-      failed = error instanceof Error ? error.name : typeof error;
+      failed = error;
     }
-    this.#log?.({
+    const line: Record<string, unknown> = {
       msg: "leak_report",
       client,
-      values: values.length,
+      values: job.values,
       validKeys: found.size,
       exposed,
       revoked,
-      ...(failed === undefined ? {} : { error: failed }),
-    });
+    };
+    // A retried report holds its place from its first failure to its last
+    // attempt's end, so that the bound is never passed between two tries.
+    if (job.tries > 0) this.#waiting -= hashes.size;
+    if (failed !== undefined) {
+      line.error = failed instanceof Error ? failed.name : typeof failed;
+      // Another kind of failure would fail alike the next time. A retry
+      // starts over: keys marked or revoked already are skipped, as on a
+      // second report of them.
+      if (!(failed instanceof StoreUnavailableError)) line.dropped = true;
+      else if (this.#waiting + hashes.size <= this.#maxWaiting) {
+        const waitMs = Math.min(this.#retryMs * 2 ** job.tries, MAX_RETRY_MS);
+        line.retryInMs = waitMs;
+        this.#retry(job, waitMs);
+      } else line.dropped = true;
+    }
+    this.#log?.(line);
   }
 
   #recentlyMarked(id: number): boolean {
