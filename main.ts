@@ -210,6 +210,11 @@ export async function serve(): Promise<void> {
       await server.shutdown();
     }
   } finally {
+    // Deliveries in flight are cut off and recorded as stopped, due again at
+    // once for any server, while the store is open: otherwise each stays
+    // claimed (sent again only when the claim runs out) and one a receiver
+    // answered just now is sent twice.
+    await webhooks.stop();
     // Stops answering from memory, then deregisters, however the run ended
     // (a failed start too): no change waits for a server that is gone, and
     // no share counts it.
