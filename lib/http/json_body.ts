@@ -21,6 +21,13 @@ export interface JsonBodyOptions {
 
 const JSON_TYPE = /^application\/json\s*(?:;|$)/i;
 
+/**
+ * Reads of one body: each costs the server about as much whatever its size,
+ * and a body in one-byte HTTP/1.1 chunks (60,000 reads) held a server's event
+ * loop for seconds. 64 KiB sent at once arrives in under 50 on any network.
+ */
+export const MAX_BODY_PIECES = 256;
+
 export async function readJsonBody(
   request: Request,
   options: JsonBodyOptions,
@@ -48,6 +55,13 @@ export async function readJsonBody(
   if (read === "unreadable") {
     return { ok: false, message: "The body could not be read" };
   }
+  if (read === "fragmented") {
+    return {
+      ok: false,
+      message:
+        `The body arrived in more than ${MAX_BODY_PIECES} pieces; send it whole, with Content-Length`,
+    };
+  }
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(read);
@@ -66,11 +80,12 @@ async function readBounded(
   request: Request,
   maxBytes: number,
   timeoutMs: number,
-): Promise<Uint8Array | "too_large" | "late" | "unreadable"> {
+): Promise<Uint8Array | "too_large" | "late" | "unreadable" | "fragmented"> {
   if (request.body === null) return new Uint8Array(0);
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
+  let pieces = 0;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<"late">((resolve) => {
     timer = setTimeout(() => resolve("late"), timeoutMs);
@@ -80,6 +95,7 @@ async function readBounded(
       const next = await Promise.race([reader.read(), late]);
       if (next === "late") return next;
       if (next.done) break;
+      if (++pieces > MAX_BODY_PIECES) return "fragmented";
       size += next.value.byteLength;
       if (size > maxBytes) return "too_large";
       chunks.push(next.value);
