@@ -216,11 +216,23 @@ export class WebhookSender {
           baseMs: this.#retryBaseMs,
         },
       );
-    const recorded = await this.#store.webhooks.finish(
-      claim,
-      attempt,
-      next === null ? { state: ok ? "delivered" : "failed" } : { nextMs: next },
-    );
+    // The try is logged however its record ends: one the store could not
+    // write (an outage) is sent again once the claim runs out, and this line
+    // tells that repeat from a new event.
+    let recorded: boolean;
+    let failure: unknown = null;
+    try {
+      recorded = await this.#store.webhooks.finish(
+        claim,
+        attempt,
+        next === null ? { state: ok ? "delivered" : "failed" } : {
+          nextMs: next,
+        },
+      );
+    } catch (error) {
+      recorded = false;
+      failure = error;
+    }
     this.#log({
       msg: "webhook_delivery",
       deliveryId: delivery.id,
@@ -232,6 +244,7 @@ export class WebhookSender {
       ms: attempt.ms,
       outcome: ok ? "delivered" : next === null ? "failed" : "retry",
       ...(recorded ? {} : { recorded: false }),
+      ...(failure === null ? {} : { code: codeOf(failure) }),
     });
   }
 }
