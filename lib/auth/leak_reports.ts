@@ -32,7 +32,7 @@ export interface LeakReportsOptions {
   background?: BackgroundWrites;
   log?: (fields: Record<string, unknown>) => void;
   now?: () => number;
-  /** The first wait before a report the store failed is tried again, doubled each time up to a minute; default 1 s. */
+  /** The first wait before a report the store failed is tried again, doubled each time up to 10 s, so that a key is revoked within seconds of the store coming back; default 1 s. */
   retryMs?: number;
   /** Hashes of failed reports kept for a retry; past it a failed report is dropped. Default 10 000. */
   maxWaitingHashes?: number;
@@ -55,7 +55,7 @@ interface Job {
 const REMARK_AFTER_MS = 60 * 60 * 1000;
 /** Keys remembered as marked; past it the oldest is forgotten (marked again at worst). */
 const REMEMBERED = 10_000;
-const MAX_RETRY_MS = 60_000;
+const MAX_RETRY_MS = 10_000;
 
 /** Takes reports and does their work off the request path. */
 export class LeakReports {
