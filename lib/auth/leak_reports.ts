@@ -98,7 +98,9 @@ export class LeakReports {
           client,
           values: values.length,
           // Every value the same way: a hash, then the index and the cache.
-          hashes: new Set(values.map(hashApiKey)),
+          // Trimmed, as HTTP trims a header's value: a key found with the
+          // space or line end around it authenticates, so it is reported.
+          hashes: new Set(values.map((value) => hashApiKey(value.trim()))),
           tries: 0,
         })
       );

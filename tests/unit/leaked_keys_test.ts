@@ -309,6 +309,15 @@ Deno.test("a reported valid key is marked exposed and revoked, audited as a repo
   assertNoSecret(everything, [t.valid.key, t.revoked.key, ...noise]);
 });
 
+Deno.test("a key reported with the white space it was found with is revoked, as the header would have accepted it", async () => {
+  await using t = await setup();
+  assert.equal(await t.connect(` ${t.valid.key}\t`), 200);
+  assert.equal((await t.report([` ${t.valid.key}\r\n`])).status, 202);
+  await t.background.settled();
+  assert.equal(await t.connect(t.valid.key), 401);
+  assert.equal((await t.store.get(t.other.record.id))?.status, "valid");
+});
+
 Deno.test("with LEAKED_KEY_ACTION=notify a reported key keeps working, marked exposed once however often it is reported", async () => {
   await using t = await setup({ action: "notify" });
   await t.report([t.valid.key]);
