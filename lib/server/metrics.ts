@@ -86,7 +86,7 @@ export function exposition(reading: FigureReading): string {
     [
       "integration_key_requests_total",
       "counter",
-      "Requests with a valid key, for the busiest keys of the last minutes.",
+      "Requests with a valid key, rate-limited ones included, for the busiest keys of the last minutes.",
       busiest.map((k) => [{ key_id: k.id }, k.requests]),
     ],
     [
