@@ -22,6 +22,8 @@ import { LastUsedRecorder } from "./lib/usage/last_used.ts";
 import { Lease } from "./lib/auth/lease.ts";
 import { LockoutTracker } from "./lib/auth/lockout.ts";
 import { Peers } from "./lib/auth/peers.ts";
+import { RateLimiter } from "./lib/auth/rate_limit.ts";
+import { ShareLedger, shareWaitMs } from "./lib/auth/share_ledger.ts";
 import {
   PermissionsMissingError,
   requireGrants,
@@ -116,6 +118,18 @@ export async function serve(): Promise<void> {
     self: () => lease.id,
     onChange: (servers) => log.write({ msg: "peers", servers }),
   });
+  // Past its share a server borrows from another's (lib/auth/share_ledger.ts):
+  // checked at each lease poll, never on a request within its share.
+  const rateLimiter = new RateLimiter();
+  const shares = new ShareLedger(store.shares, {
+    self: () => lease.id,
+    held: () => lease.held,
+    peers,
+    used: (counter) => rateLimiter.used(counter),
+    registered: async () => (await store.instances()).map(({ id }) => id),
+    waitMs: () => shareWaitMs(lease.pollMs),
+  });
+  lease.onPoll(() => shares.poll());
   const handler = createHandler(store, {
     background,
     lastUsed,
@@ -129,6 +143,8 @@ export async function serve(): Promise<void> {
     },
     lease,
     peers,
+    shares,
+    rateLimiter,
     leakedKeyAction: config.leakedKeyAction,
     counts: figures,
   });

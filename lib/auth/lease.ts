@@ -64,6 +64,7 @@ export class Lease {
   #log?: LeaseOptions["log"];
   #figures?: LeaseOptions["figures"];
   #subscribers: ApplyChanges[] = [];
+  #pollers: (() => Promise<void>)[] = [];
   #applied = -1n;
   #sync: Coalesced<Read>;
   #until = -Infinity;
@@ -95,6 +96,16 @@ export class Lease {
   /** `apply` gets each batch before it counts as applied, and must drop what it invalidates first. */
   subscribe(apply: ApplyChanges): void {
     this.#subscribers.push(apply);
+  }
+
+  /** Runs `poll` after every poll of the store, not waited for: a hook, not a step of the lease. */
+  onPoll(poll: () => Promise<void>): void {
+    this.#pollers.push(poll);
+  }
+
+  /** The poll's interval, once started. */
+  get pollMs(): number {
+    return this.#pollMs ?? POLL_MS;
   }
 
   get held(): boolean {
@@ -169,6 +180,7 @@ export class Lease {
   async #tick(): Promise<void> {
     try {
       await this.#renew();
+      for (const poll of this.#pollers) poll().catch(() => {});
       // Only once a lease is held again: a tick that found its registration
       // removed has lost it, not regained it.
       if (this.#lost && this.held) {

@@ -57,6 +57,7 @@ export class Peers {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #running = false;
   #refreshing: Promise<void> | null = null;
+  #listed = false;
 
   constructor(
     store: Pick<InstanceRegistry, "instances" | "removeInstance">,
@@ -82,6 +83,18 @@ export class Peers {
     const index = this.#ids.indexOf(self);
     // Not listed yet: it ranks as if it were, among the sorted ids.
     return index >= 0 ? index : this.#ids.filter((id) => id < self).length;
+  }
+
+  /**
+   * The live registrations' ids, this one's included, sorted; null before
+   * a first listing. An id missing here was removed: its lease has ended.
+   */
+  get live(): readonly string[] | null {
+    if (!this.#listed) return null;
+    const self = this.#self();
+    return self === null || this.#ids.includes(self)
+      ? this.#ids
+      : [...this.#ids, self].sort();
   }
 
   share(limit: RateLimit, keyId: number): number {
@@ -110,6 +123,7 @@ export class Peers {
         const now = this.#now();
         const before = this.count;
         const lapsed = this.#judge(listed, now);
+        this.#listed = true;
         if (this.count !== before) this.#onChange?.(this.count);
         await Promise.all(
           lapsed.map(({ id, version }) =>

@@ -192,15 +192,7 @@ export class RateLimiter {
     // new one from when it was: a changed share or window only changes what
     // is compared with them, from this request on.
     counter.windowMs = windowMs;
-    const { times, counts } = counter;
-    const mask = times.length - 1;
-    while (
-      counter.length > 0 && times[counter.head] + windowMs <= now
-    ) {
-      counter.total -= counts[counter.head];
-      counter.head = (counter.head + 1) & mask;
-      counter.length--;
-    }
+    this.#prune(counter, now);
     const share = Math.max(0, Math.floor(options.share));
     const ok = counter.total < share;
     if (ok) {
@@ -217,6 +209,29 @@ export class RateLimiter {
         ? 0
         : Math.max(1, Math.ceil(this.#freedMs(counter, now, share) / 1000)),
     };
+  }
+
+  /**
+   * The requests of `keyId` counted in its window now (0 when none): a
+   * share lowered to no less is never exceeded in any window ending later,
+   * as what lies in the window only leaves it and each accept needs room.
+   */
+  used(keyId: number): number {
+    const counter = this.#counters.get(keyId);
+    if (counter === undefined) return 0;
+    this.#prune(counter, this.#now());
+    return counter.total;
+  }
+
+  /** Drops the entries that have left the window. */
+  #prune(counter: Counter, now: number): void {
+    const { times, counts, windowMs } = counter;
+    const mask = times.length - 1;
+    while (counter.length > 0 && times[counter.head] + windowMs <= now) {
+      counter.total -= counts[counter.head];
+      counter.head = (counter.head + 1) & mask;
+      counter.length--;
+    }
   }
 
   /** Logs one accepted request, in the newest entry while it holds < `group`. */

@@ -3,8 +3,8 @@
  * (lib/auth/key_lookup.ts); (2) a key used from outside its `allowFrom` fails
  * as an invalid one (same 401, counted), logged and noted; (3) a failure meets
  * the lock-out: 429 while locked, else counted and 401; (4) a rate-limited key
- * takes one request from this server's share, past it 429 `rate_limited`, not
- * counted; (5) a success is noted and the record handed to the route, which
+ * takes one request from this server's share; past it, it waits briefly for
+ * another server to lend room, then 429 `rate_limited`, not counted; (5) a success is noted and the record handed to the route, which
  * never sees a key that was not valid when checked. The lock-out comes after
  * the key, answering only requests that fail anyway: no lock (earned, shared
  * with a network, or false under a flood) ever refuses a valid key;
@@ -27,8 +27,13 @@ import {
   LockoutTracker,
 } from "../auth/lockout.ts";
 import { Retirements } from "../auth/retirement.ts";
-import { RateLimiter } from "../auth/rate_limit.ts";
+import {
+  type RateDecision,
+  type RateLimit,
+  RateLimiter,
+} from "../auth/rate_limit.ts";
 import type { Peers } from "../auth/peers.ts";
+import type { ShareLedger } from "../auth/share_ledger.ts";
 import { rateLimitHeaders } from "./rate_limit_headers.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
@@ -70,6 +75,8 @@ export interface AuthenticatorOptions {
   rateLimiter?: RateLimiter;
   /** Without it this server enforces each whole limit, as if alone. */
   peers?: Pick<Peers, "count" | "share">;
+  /** Shares lent between servers; without it each server keeps its even share. */
+  shares?: Pick<ShareLedger, "share" | "wait">;
   /** The in-memory figures (lib/server/figures.ts). */
   counts?: AuthCounts;
 }
@@ -116,7 +123,7 @@ export function createAuthenticator(
   const now = options.now ?? Date.now;
   const lookup = new KeyLookup(store, { lease: options.lease, now });
   lookup.warm().catch(() => {});
-  const { lastUsed, usage, log, background, peers, counts } = options;
+  const { lastUsed, usage, log, background, peers, shares, counts } = options;
   const limiter = options.rateLimiter ?? new RateLimiter();
   const logError = (error: unknown) =>
     log?.({
@@ -160,28 +167,65 @@ export function createAuthenticator(
     if (!allowedFrom(record, client)) {
       return refuseFailed("address", { client, route, keyId: record.id });
     }
-    let headers: [string, string][] | undefined;
     const limit = record.rateLimit;
-    if (limit !== null) {
-      // After every check of the key: only a valid key's request counts.
-      // A rotation's two keys count apart, or whoever holds the old (often
-      // leaked) key could keep the new one refused; a line of rotations
-      // shares two counts (counterOf), so never more than twice its limit.
-      const counter = counterOf(record);
-      const decision = limiter.take(counter, limit, {
-        share: peers === undefined ? limit.count : peers.share(limit, counter),
-        scale: peers?.count ?? 1,
-      });
-      headers = rateLimitHeaders(limit, decision);
-      if (!decision.ok) {
-        count("rate_limited", route, record.id);
-        usage?.rateLimited(record.id, limit.windowSeconds, now());
-        return {
-          ok: false,
-          response: rateLimited(decision.retryAfterSeconds, headers),
-        };
-      }
+    if (limit === null) return admit(record, { client, route });
+    // After every check of the key: only a valid key's request counts.
+    // A rotation's two keys count apart, or whoever holds the old (often
+    // leaked) key could keep the new one refused; a line of rotations
+    // shares two counts (counterOf), so never more than twice its limit.
+    const counter = counterOf(record);
+    const decision = limiter.take(counter, limit, place(limit, counter));
+    if (decision.ok || shares === undefined) {
+      return rated(record, { client, route }, decision);
     }
+    // Past this server's share: held while another server may lend it
+    // room (lib/auth/share_ledger.ts), refused only once none did.
+    let last = decision;
+    const retry = () =>
+      (last = limiter.take(counter, limit, place(limit, counter))).ok;
+    return shares.wait(counter, limit, retry).then(() =>
+      rated(record, { client, route }, last)
+    );
+  }
+
+  /** This server's share of a limit, and the servers it is one of. */
+  function place(
+    limit: RateLimit,
+    counter: number,
+  ): { share: number; scale: number } {
+    return {
+      share: shares !== undefined
+        ? shares.share(limit, counter)
+        : peers === undefined
+        ? limit.count
+        : peers.share(limit, counter),
+      scale: peers?.count ?? 1,
+    };
+  }
+
+  /** The answer to a rate-limited key's request, as `decision` says. */
+  function rated(
+    record: KeyRecord,
+    { client, route }: { client: string; route: string },
+    decision: RateDecision,
+  ): AuthDecision | Promise<AuthDecision> {
+    const limit = record.rateLimit!;
+    const headers = rateLimitHeaders(limit, decision);
+    if (decision.ok) return admit(record, { client, route }, headers);
+    count("rate_limited", route, record.id);
+    usage?.rateLimited(record.id, limit.windowSeconds, now());
+    return {
+      ok: false,
+      response: rateLimited(decision.retryAfterSeconds, headers),
+    };
+  }
+
+  /** A valid key's request, within its limit: retires a predecessor, then succeeds. */
+  function admit(
+    record: KeyRecord,
+    { client, route }: { client: string; route: string },
+    headers?: [string, string][],
+  ): AuthDecision | Promise<AuthDecision> {
     // Before the success is answered, so that the old key is refused on
     // every instance from the next request on.
     if (record.retires !== null) {

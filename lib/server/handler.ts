@@ -16,6 +16,7 @@ import type { UsageRecorder } from "../usage/networks.ts";
 import { routeTable } from "../routes/table.ts";
 import type { Lease } from "../auth/lease.ts";
 import type { Peers } from "../auth/peers.ts";
+import type { ShareLedger } from "../auth/share_ledger.ts";
 import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { KeyStore } from "../store/types.ts";
 import { type LeakedKeyAction, LeakReports } from "../auth/leak_reports.ts";
@@ -37,6 +38,8 @@ export interface HandlerOptions {
   lease?: Lease;
   background?: BackgroundWrites;
   peers?: Pick<Peers, "count" | "share">;
+  /** Shares lent between servers (lib/auth/share_ledger.ts). */
+  shares?: Pick<ShareLedger, "share" | "wait">;
   rateLimiter?: RateLimiter;
   /** LEAKED_KEY_ACTION: what a valid key reported as leaked gets; default `revoke`. */
   leakedKeyAction?: LeakedKeyAction;
@@ -56,6 +59,7 @@ export function createHandler(
     lease: options.lease,
     background: options.background,
     peers: options.peers,
+    shares: options.shares,
     rateLimiter: options.rateLimiter,
     counts: options.counts,
   });

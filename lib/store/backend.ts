@@ -22,6 +22,7 @@ import type {
 } from "./types.ts";
 import type { WebhookStore } from "./webhook_types.ts";
 import type { Raised } from "./webhooks.ts";
+import type { ShareStore } from "./rate_shares.ts";
 
 /** The usage lists kept apart from a key's record. */
 export interface UsageLists {
@@ -169,6 +170,8 @@ export interface StoreBackend extends
   > {
   /** The webhook endpoints and outbox. */
   readonly webhooks: WebhookStore;
+  /** Rate-limit shares lent between servers (lib/auth/share_ledger.ts). */
+  readonly shares: ShareStore;
   /**
    * Makes one change: runs `work` on a draft whose reads are checked, then
    * in one atomic step applies its writes, appends its audit lines under

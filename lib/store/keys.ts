@@ -29,6 +29,7 @@ import {
 import { ImportStateError } from "./errors.ts";
 import { noteExpiring, noteRateLimited } from "./webhook_notes.ts";
 import type { WebhookStore } from "./webhook_types.ts";
+import type { ShareStore } from "./rate_shares.ts";
 import { exportItems } from "./records.ts";
 import { readRegistration, storedInstance } from "./registrations.ts";
 import { byKey, latestUses } from "./usage_lists.ts";
@@ -74,10 +75,13 @@ export class KeyService implements KeyStore {
   onChange?: (listener: () => void) => Promise<() => Promise<void>>;
   /** A property, not a getter: a proxy of the store (tests) reads it as is. */
   readonly webhooks: WebhookStore;
+  /** Rate-limit shares lent between servers (lib/auth/share_ledger.ts). */
+  readonly shares: ShareStore;
 
   constructor(backend: StoreBackend, options: KeyServiceOptions = {}) {
     this.#backend = backend;
     this.webhooks = backend.webhooks;
+    this.shares = backend.shares;
     this.#options = options;
     this.#acknowledge = options.acknowledge ?? NO_WAIT;
     this.#call = options.onCall ?? (() => {});

@@ -23,6 +23,7 @@ import type {
 } from "../types.ts";
 import { changeIn } from "./_change.ts";
 import { WebhookEntries } from "./_webhooks.ts";
+import { ShareEntries } from "./_shares.ts";
 import { abortIn, importIn } from "./_import.ts";
 import {
   auditKey,
@@ -91,10 +92,12 @@ export class EntryBackend implements StoreBackend {
   /** Present when the database tells of other processes' changes. */
   readonly onChange?: StoreBackend["onChange"];
   readonly webhooks: WebhookEntries;
+  readonly shares: ShareEntries;
 
   constructor(kv: Entries) {
     this.#kv = kv;
     this.webhooks = new WebhookEntries(kv);
+    this.shares = new ShareEntries(kv);
     this.change = (kind, work) => changeIn(kv, kind, work);
     this.importAll = (items, options) => importIn(kv, items, options);
     this.abortImport = (options) => abortIn(kv, options);

@@ -1,0 +1,446 @@
+/**
+ * Rate-limit shares lent between servers, so that a key line's requests
+ * all landing on one server still get the whole limit L (docs/design.md,
+ * "Rate limits"). A request within this server's share costs a map lookup;
+ * only one past it comes here, and waits a moment instead of a 429.
+ *
+ * By default every server holds its even share (peers.ts, `shareOf`). A hot
+ * counter has a record in the store: committed shares by registration id,
+ * adding up to at most L, and what servers past theirs want. Each step is
+ * one compare-and-set commit:
+ *
+ * - **Want.** Past its share a server writes how much more it wants and
+ *   holds the request, up to {@linkcode shareWaitMs}.
+ * - **Lend.** Polling, a server with spare room (its share less the count
+ *   in its window now) first lowers its own share, to no less than that
+ *   count, then commits it: it accepts at most that in any later window.
+ * - **Claim.** A server with waiting requests raises its committed share by
+ *   what no server holds, and accepts more only after that commit. So no
+ *   window sees more than L across the servers.
+ * - **Reclaim.** A server whose registration is gone has no lease; its
+ *   share is free. **Give back:** a record idle for its window (at most a
+ *   minute) drifts back to even shares and is removed; a lender needing
+ *   its share sooner wants it like anyone.
+ *
+ * @module
+ */
+
+import type { RateLimit } from "./rate_limit.ts";
+import { type Peers, shareOf } from "./peers.ts";
+import {
+  copyShares,
+  sameShares,
+  type ShareRecord,
+  type ShareStore,
+  sumOf,
+} from "../store/rate_shares.ts";
+
+/** The longest a record idles before its shares drift back to even. */
+const IDLE_MAX_MS = 60_000;
+/** Tries of one step against others' commits, before the next poll. */
+const TRIES = 3;
+/** Requests of one key line held at once on a server; more get 429 at once. */
+const MAX_WAITING = 1000;
+
+/**
+ * How long a request past its share waits, for a poll every `pollMs`: the
+ * lender sees the want at its next poll and commits, the borrower sees the
+ * room at its next one and claims (a store that pushes notices cuts both
+ * short), with 500 ms for the three commits and a busy machine.
+ */
+export function shareWaitMs(pollMs: number): number {
+  return 2 * pollMs + 500;
+}
+
+export interface ShareLedgerOptions {
+  /** This server's registration id (null: not registered). */
+  self: () => string | null;
+  /** Whether this server holds its lease: without one it lends and claims nothing. */
+  held: () => boolean;
+  peers: Pick<Peers, "share" | "count" | "live">;
+  /** Every registration's id, listed now (InstanceRegistry.instances). */
+  registered: () => Promise<string[]>;
+  /** The requests of a counter this server counts in its window now. */
+  used: (counter: number) => number;
+  /** How long a request past the share may wait: see docs/design.md. */
+  waitMs: () => number;
+  /** Monotonic milliseconds. */
+  now?: () => number;
+  /** Runs `run` after `ms`; returns the cancel. */
+  setTimer?: (run: () => void, ms: number) => () => void;
+}
+
+/** A record as last seen, `since` when its version was first seen (monotonic). */
+type View = { record: ShareRecord; version: string; since: number };
+
+interface Waiter {
+  /** Tries the request again; true when it was accepted. */
+  attempt: () => boolean;
+  done: (accepted: boolean) => void;
+}
+
+type Waiting = { limit: RateLimit; waiters: Set<Waiter> };
+
+type Found = { record: ShareRecord | null; version: string | null };
+
+/** This server's side of the lending protocol. */
+export class ShareLedger {
+  #store: ShareStore;
+  #self: () => string | null;
+  #held: () => boolean;
+  #peers: ShareLedgerOptions["peers"];
+  #used: (counter: number) => number;
+  #registered: () => Promise<string[]>;
+  #waitMs: () => number;
+  #now: () => number;
+  #setTimer: (run: () => void, ms: number) => () => void;
+  #views = new Map<number, View>();
+  /** Shares lowered here whose commit is not known yet: never exceeded. */
+  #caps = new Map<number, number>();
+  #waiting = new Map<number, Waiting>();
+  /** Store work, one step at a time: no listing races this server's commits. */
+  #queue: Promise<unknown> = Promise.resolve();
+  #polling = false;
+
+  constructor(store: ShareStore, options: ShareLedgerOptions) {
+    this.#store = store;
+    this.#self = options.self;
+    this.#held = options.held;
+    this.#peers = options.peers;
+    this.#used = options.used;
+    this.#registered = options.registered;
+    this.#waitMs = options.waitMs;
+    this.#now = options.now ?? (() => performance.now());
+    this.#setTimer = options.setTimer ?? ((run, ms) => {
+      const timer = setTimeout(run, ms);
+      return () => clearTimeout(timer);
+    });
+  }
+
+  /** This server's share of `counter`'s limit now: a map lookup, no store call. */
+  share(limit: RateLimit, counter: number): number {
+    const view = this.#views.get(counter);
+    if (view === undefined || view.record.limit !== limit.count) {
+      return this.#peers.share(limit, counter);
+    }
+    return this.#mine(counter, view.record);
+  }
+
+  /**
+   * Holds a request past the share until `attempt` accepts it (after a
+   * claim, or when its own requests leave the window) or the wait bound
+   * passes; resolves whether it was accepted. Resolves false at once when
+   * no other server could lend.
+   */
+  wait(
+    counter: number,
+    limit: RateLimit,
+    attempt: () => boolean,
+  ): Promise<boolean> {
+    const alone = this.#peers.count <= 1 && !this.#views.has(counter);
+    if (this.#self() === null || !this.#held() || alone) {
+      return Promise.resolve(false);
+    }
+    let waiting = this.#waiting.get(counter);
+    // Memory, not fairness: each one held is a connection held as well.
+    if (waiting !== undefined && waiting.waiters.size >= MAX_WAITING) {
+      return Promise.resolve(false);
+    }
+    const first = waiting === undefined;
+    if (waiting === undefined) {
+      waiting = { limit, waiters: new Set() };
+      this.#waiting.set(counter, waiting);
+    }
+    waiting.limit = limit;
+    const held = waiting;
+    const { promise, resolve } = Promise.withResolvers<boolean>();
+    let cancel = () => {};
+    const waiter: Waiter = {
+      attempt,
+      done: (accepted) => {
+        cancel();
+        held.waiters.delete(waiter);
+        if (held.waiters.size === 0 && this.#waiting.get(counter) === held) {
+          this.#waiting.delete(counter);
+        }
+        resolve(accepted);
+      },
+    };
+    held.waiters.add(waiter);
+    cancel = this.#setTimer(() => waiter.done(false), this.#waitMs());
+    // The want is written at once; later waiters ride on it and the polls.
+    if (first) this.#serial(() => this.#refresh(counter)).catch(() => {});
+    return promise;
+  }
+
+  /**
+   * One look at every record, run at each lease poll (skipped while one
+   * runs): lends to wants, claims what is free, reclaims the shares of
+   * servers gone, gives back idle ones. One listing when nothing is hot.
+   */
+  async poll(): Promise<void> {
+    if (this.#polling) return;
+    this.#polling = true;
+    try {
+      await this.#serial(async () => {
+        const listed = await this.#store.list();
+        const now = this.#now();
+        const seen = new Set<number>();
+        for (const { counter, version, record } of listed) {
+          seen.add(counter);
+          // Unreadable: it grants nothing, and goes.
+          if (record === null) await this.#store.put(counter, null, version);
+          else this.#see(counter, record, version, now);
+        }
+        for (const counter of [...this.#views.keys()]) {
+          if (!seen.has(counter)) this.#forget(counter);
+        }
+        const hot = new Set([...this.#views.keys(), ...this.#waiting.keys()]);
+        for (const counter of hot) {
+          const view = this.#views.get(counter);
+          await this.#settle(
+            counter,
+            view ?? { record: null, version: null },
+          );
+        }
+      });
+    } finally {
+      this.#polling = false;
+    }
+    // Also what the window let go of since: a waiter may fit without a claim.
+    for (const counter of [...this.#waiting.keys()]) this.#retry(counter);
+  }
+
+  /** Runs `work` after the store work before it. */
+  #serial<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.#queue.then(work, work);
+    this.#queue = next.catch(() => {});
+    return next;
+  }
+
+  async #refresh(counter: number): Promise<void> {
+    const found = await this.#store.get(counter);
+    if (found.record === null) this.#forget(counter);
+    else this.#see(counter, found.record, found.version!, this.#now());
+    await this.#settle(counter, found);
+    this.#retry(counter);
+  }
+
+  /** Steps until a commit holds or nothing is to be done; a conflict reads afresh. */
+  async #settle(counter: number, found: Found): Promise<void> {
+    for (let tries = 0; tries < TRIES; tries++) {
+      if (await this.#step(counter, found)) return;
+      found = await this.#store.get(counter);
+      if (found.record === null) this.#forget(counter);
+      else this.#see(counter, found.record, found.version!, this.#now());
+    }
+  }
+
+  /** One decision on a counter's record, one commit at most; false on a conflict. */
+  async #step(counter: number, found: Found): Promise<boolean> {
+    const self = this.#self();
+    if (self === null || !this.#held()) return true;
+    const waiting = this.#waiting.get(counter);
+    const stale = found.record !== null && waiting !== undefined &&
+      found.record.limit !== waiting.limit.count;
+    const current = stale ? null : found.record;
+    const live = this.#peers.live;
+    // Before a first listing this server cannot tell what even is.
+    if (live === null) return true;
+    const next = current !== null
+      ? copyShares(current)
+      : waiting !== undefined
+      ? even(counter, waiting.limit, live, self)
+      : null;
+    if (next === null) return true;
+    for (const id of await this.#gone(next, { self, live })) {
+      delete next.shares[id];
+      delete next.wants[id];
+    }
+    const cap = this.#caps.get(counter);
+    const member = next.shares[self] !== undefined;
+    const mine = Math.min(next.shares[self] ?? 0, cap ?? Infinity);
+    if (member) next.shares[self] = mine;
+    const free = next.limit - sumOf(next.shares);
+    let raised = false;
+    let lowered = false;
+    if (waiting !== undefined) {
+      const count = waiting.waiters.size;
+      const want = Math.max(
+        count,
+        Math.ceil(next.limit / Math.max(1, Object.keys(next.shares).length)),
+      );
+      const take = Math.min(free, want);
+      if (take > 0) {
+        next.shares[self] = mine + take;
+        raised = true;
+      }
+      if (take < count) next.wants[self] = Math.min(next.limit, want - take);
+      else delete next.wants[self];
+    } else {
+      delete next.wants[self];
+      const asked = sumOf(next.wants);
+      // Synchronous from here to the cap: the count cannot grow between.
+      const spare = mine - this.#used(counter);
+      if (member && asked > free && spare > 0) {
+        next.shares[self] = mine - Math.min(spare, asked - free);
+        lowered = true;
+      } else if (asked === 0 && this.#idle(counter, current)) {
+        const tidied = this.#tidy(counter, next, { self, mine, free, live });
+        if (tidied === "remove") {
+          return await this.#commit(counter, null, found);
+        }
+        lowered = tidied === "lowered";
+        raised = tidied === "raised";
+      }
+    }
+    if (current !== null && sameShares(next, current)) return true;
+    if (lowered) this.#caps.set(counter, next.shares[self]);
+    const committed = await this.#commit(counter, next, found);
+    if (!committed && lowered) {
+      // Never committed, so never claimable: the committed share holds.
+      if (cap === undefined) this.#caps.delete(counter);
+      else this.#caps.set(counter, cap);
+    }
+    if (committed && raised) this.#retry(counter);
+    return committed;
+  }
+
+  /**
+   * The servers of `record` whose registrations are gone, so whose leases
+   * have ended: not in a listing read after the record, which they were in
+   * before they could commit a share (the peers' listing may be older).
+   */
+  async #gone(
+    record: ShareRecord,
+    { self, live }: { self: string; live: readonly string[] },
+  ): Promise<string[]> {
+    const unknown = Object.keys({ ...record.shares, ...record.wants })
+      .filter((id) => id !== self && !live.includes(id));
+    if (unknown.length === 0) return [];
+    const registered = new Set(await this.#registered());
+    return unknown.filter((id) => !registered.has(id));
+  }
+
+  /** Commits `next` (null: removes) over `found`; keeps a lowering's cap on an unknown outcome. */
+  async #commit(
+    counter: number,
+    next: ShareRecord | null,
+    found: Found,
+  ): Promise<boolean> {
+    const result = await this.#store.put(counter, next, found.version);
+    if (!result.ok) return false;
+    this.#caps.delete(counter);
+    if (next === null) this.#forget(counter);
+    else this.#see(counter, next, result.version!, this.#now());
+    return true;
+  }
+
+  /**
+   * Moves this server's own share one step toward even (or removes the
+   * record once every live server is even); mutates `next`.
+   */
+  #tidy(
+    counter: number,
+    next: ShareRecord,
+    { self, mine, free, live }: {
+      self: string;
+      mine: number;
+      free: number;
+      live: readonly string[];
+    },
+  ): "lowered" | "raised" | "remove" | null {
+    const missing = live.filter((id) => next.shares[id] === undefined);
+    if (missing.length > 0) {
+      // A server started since counts from 0 here until it claims or the
+      // others give back: the record stays whole.
+      for (const id of missing) next.shares[id] = 0;
+      return null;
+    }
+    const members = Object.keys(next.shares).sort();
+    const evenOf = (id: string) =>
+      shareOf({ count: next.limit }, {
+        rank: members.indexOf(id),
+        count: members.length,
+        keyId: counter,
+      });
+    const target = evenOf(self);
+    if (mine > target) {
+      const lowest = Math.max(this.#used(counter), target);
+      if (lowest >= mine) return null;
+      next.shares[self] = lowest;
+      return "lowered";
+    }
+    if (mine < target && free > 0) {
+      next.shares[self] = Math.min(target, mine + free);
+      return "raised";
+    }
+    const even = members.length === live.length &&
+      members.every((id) => next.shares[id] === evenOf(id));
+    return even ? "remove" : null;
+  }
+
+  /** Whether the record has stood unchanged for its idle time. */
+  #idle(counter: number, record: ShareRecord | null): boolean {
+    const view = this.#views.get(counter);
+    if (record === null || view === undefined) return false;
+    const idleMs = Math.min(record.window * 1000, IDLE_MAX_MS);
+    return this.#now() - view.since >= idleMs;
+  }
+
+  #mine(counter: number, record: ShareRecord): number {
+    // Without a lease this registration may be gone and its share reclaimed.
+    if (!this.#held()) return 0;
+    const self = this.#self();
+    const committed = self === null ? 0 : record.shares[self] ?? 0;
+    const cap = this.#caps.get(counter);
+    return cap === undefined ? committed : Math.min(committed, cap);
+  }
+
+  #see(counter: number, record: ShareRecord, version: string, now: number) {
+    const before = this.#views.get(counter);
+    const since = before?.version === version ? before.since : now;
+    this.#views.set(counter, { record, version, since });
+    const self = this.#self();
+    const cap = this.#caps.get(counter);
+    // A lowering whose commit failed without an answer shows here if it held.
+    if (
+      cap !== undefined && self !== null && (record.shares[self] ?? 0) <= cap
+    ) this.#caps.delete(counter);
+  }
+
+  #forget(counter: number): void {
+    this.#views.delete(counter);
+    this.#caps.delete(counter);
+  }
+
+  /** Lets waiting requests try again, in arrival order, while they fit. */
+  #retry(counter: number): void {
+    const waiting = this.#waiting.get(counter);
+    if (waiting === undefined) return;
+    for (const waiter of [...waiting.waiters]) {
+      if (!waiter.attempt()) return;
+      waiter.done(true);
+    }
+  }
+}
+
+/** The record every server holds without one: even shares of the live set. */
+function even(
+  counter: number,
+  limit: RateLimit,
+  live: readonly string[],
+  self: string,
+): ShareRecord {
+  const ids = live.includes(self) ? [...live] : [...live, self].sort();
+  const shares: Record<string, number> = {};
+  ids.forEach((id, rank) => {
+    shares[id] = shareOf(limit, { rank, count: ids.length, keyId: counter });
+  });
+  return {
+    limit: limit.count,
+    window: limit.windowSeconds,
+    shares,
+    wants: {},
+  };
+}

@@ -1,0 +1,222 @@
+/**
+ * A key's whole rate limit for a client whose requests all land on one
+ * server, with several servers on one store: the others lend their shares
+ * (lib/auth/share_ledger.ts), and the installation still accepts no more
+ * than the limit. On Deno KV and PostgreSQL, with real processes; and with
+ * REUSE_PORT=1, where the kernel pins a keep-alive connection to one
+ * process; and with the lender frozen (SIGSTOP).
+ */
+
+import assert from "node:assert/strict";
+import {
+  createKey,
+  freePort,
+  keys,
+  type ServerProcess,
+  startServer,
+  tempDir,
+} from "../support/processes.ts";
+import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { shareWaitMs } from "../../lib/auth/share_ledger.ts";
+import { until } from "../support/wait.ts";
+
+const ROUTE = "/api/v1/integration/connection";
+const LIMIT = 10;
+/**
+ * What a busy machine may add to a wait the server times itself: the
+ * request's way in and out, and timers running late under load.
+ */
+const SLACK_MS = 2000;
+
+const STORES = [
+  { label: "KV", postgres: false, pollMs: 100 },
+  { label: "PostgreSQL", postgres: true, pollMs: 500 },
+] as const;
+
+/** The store's environment: a KV file in the folder, or a fresh database. */
+async function storeEnv(
+  dir: string,
+  postgres: boolean,
+): Promise<{ env: Record<string, string> } & AsyncDisposable> {
+  if (!postgres) {
+    return {
+      env: { DENO_KV_PATH: `${dir}/keys.db` },
+      async [Symbol.asyncDispose]() {},
+    };
+  }
+  const database = await freshDatabase();
+  return {
+    env: { DATABASE_URL: database.url },
+    [Symbol.asyncDispose]: () => database[Symbol.asyncDispose](),
+  };
+}
+
+/** Starts `count` servers and waits until each counts them all. */
+async function servers(
+  dir: string,
+  env: Record<string, string>,
+  count: number,
+): Promise<ServerProcess[]> {
+  const started = await Promise.all(
+    Array.from({ length: count }, () =>
+      startServer(dir, {
+        HOST: "127.0.0.1",
+        LOCKOUT_MAX_FAILURES: "1000000000",
+        ...env,
+      })),
+  );
+  await Promise.all(
+    started.map((server) =>
+      server.waitForOutput(new RegExp(`"msg":"peers","servers":${count}}`))
+    ),
+  );
+  return started;
+}
+
+/** A key at LIMIT a minute. */
+async function limitedKey(dir: string, env: Record<string, string>) {
+  const made = await createKey(dir, "berlin-erp", undefined, env);
+  const set = await keys(dir, [
+    "update",
+    String(made.id),
+    "--rate",
+    `${LIMIT}/min`,
+  ], env);
+  assert.equal(set.code, 0, set.stderr);
+  return made.key;
+}
+
+/** One request; its status, how long its answer took and who answered. */
+async function call(
+  url: string,
+  key: string,
+  client?: Deno.HttpClient,
+): Promise<{ status: number; ms: number; by: string }> {
+  const sent = performance.now();
+  const response = await fetch(url + ROUTE, {
+    headers: { "X-API-Key": key },
+    client,
+  });
+  await response.body?.cancel();
+  const policy = response.headers.get("ratelimit-policy");
+  assert.equal(policy, `"key";q=${LIMIT};w=60`);
+  return {
+    status: response.status,
+    ms: performance.now() - sent,
+    by: (response.headers.get("x-request-id") ?? "").split("-")[0],
+  };
+}
+
+/** Sends `count` requests one after another, as one client does. */
+async function inTurn(count: number, send: () => ReturnType<typeof call>) {
+  const answers = [];
+  for (let i = 0; i < count; i++) answers.push(await send());
+  return answers;
+}
+
+function statuses(answers: { status: number }[]): string {
+  return answers.map((a) => a.status).join(",");
+}
+
+for (const { label, postgres, pollMs } of STORES) {
+  const waitMs = shareWaitMs(pollMs);
+
+  Deno.test({
+    name:
+      `${label}: with two servers, a client calling one of them gets the key's whole limit of ${LIMIT} a minute, and then neither server accepts another`,
+    ignore: postgres && NO_DATABASE,
+    async fn() {
+      using dir = tempDir();
+      await using store = await storeEnv(dir.path, postgres);
+      const key = await limitedKey(dir.path, store.env);
+      const [one, other] = await servers(dir.path, store.env, 2);
+      try {
+        const answers = await inTurn(LIMIT, () => call(one.url, key));
+        assert.equal(
+          statuses(answers),
+          Array(LIMIT).fill(200).join(","),
+          "every request within the limit is accepted",
+        );
+        const slowest = Math.max(...answers.map((a) => a.ms));
+        const past = await call(one.url, key);
+        const elsewhere = await call(other.url, key);
+        console.log(
+          `${label}: ${LIMIT} × 200 on one server, the slowest (a borrow) in ${
+            slowest.toFixed(0)
+          } ms; past the limit 429 in ${past.ms.toFixed(0)} ms there and ${
+            elsewhere.ms.toFixed(0)
+          } ms on the other (bound ${waitMs} ms)`,
+        );
+        assert.equal(past.status, 429);
+        assert.equal(elsewhere.status, 429, "ten in all across both servers");
+        assert.ok(past.ms <= waitMs + SLACK_MS, `${past.ms}`);
+      } finally {
+        await Promise.all([one.stop(), other.stop()]);
+      }
+    },
+  });
+
+  Deno.test({
+    name:
+      `${label}: a lender frozen with SIGSTOP: past its own share the borrower answers 429 within the stated wait, and once the frozen server's registration is gone it takes that share`,
+    ignore: postgres && NO_DATABASE,
+    async fn() {
+      using dir = tempDir();
+      await using store = await storeEnv(dir.path, postgres);
+      const key = await limitedKey(dir.path, store.env);
+      const [live, frozen] = await servers(dir.path, store.env, 2);
+      const pid = frozen.process.pid;
+      try {
+        Deno.kill(pid, "SIGSTOP");
+        await until(() => processState(pid) === "T", `pid ${pid} to stop`);
+        const own = await inTurn(LIMIT / 2, () => call(live.url, key));
+        assert.equal(statuses(own), "200,200,200,200,200");
+        const waited = await call(live.url, key);
+        console.log(
+          `${label}: frozen lender, 429 after ${
+            waited.ms.toFixed(0)
+          } ms (bound ${waitMs} ms)`,
+        );
+        assert.equal(waited.status, 429);
+        assert.ok(waited.ms >= waitMs - 50, `${waited.ms}`);
+        assert.ok(waited.ms <= waitMs + SLACK_MS, `${waited.ms}`);
+        // Its lease lapses, a listing removes it: the share is free.
+        await live.waitForOutput(/"msg":"peers","servers":1}/);
+        const rest = await inTurn(LIMIT / 2, () => call(live.url, key));
+        assert.equal(statuses(rest), "200,200,200,200,200");
+        assert.equal((await call(live.url, key)).status, 429);
+      } finally {
+        Deno.kill(pid, "SIGCONT");
+        await Promise.all([live.stop(), frozen.stop()]);
+      }
+    },
+  });
+}
+
+Deno.test("REUSE_PORT=1: one keep-alive connection, pinned to one of two servers on one port, gets the key's whole limit, then 429", async () => {
+  using dir = tempDir();
+  const env = { DENO_KV_PATH: `${dir.path}/keys.db` };
+  const key = await limitedKey(dir.path, env);
+  const [first, second] = await servers(dir.path, {
+    ...env,
+    PORT: String(freePort()),
+    REUSE_PORT: "1",
+  }, 2);
+  using client = Deno.createHttpClient({});
+  try {
+    const answers = await inTurn(LIMIT + 1, () => call(first.url, key, client));
+    assert.equal(new Set(answers.map((a) => a.by)).size, 1, "one process");
+    assert.equal(
+      statuses(answers),
+      [...Array(LIMIT).fill(200), 429].join(","),
+    );
+  } finally {
+    await Promise.all([first.stop(), second.stop()]);
+  }
+});
+
+/** The state letter of a process in /proc (T: stopped by a signal). */
+function processState(pid: number): string {
+  const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
+}

@@ -1,0 +1,361 @@
+/**
+ * Rate-limit shares lent between servers (lib/auth/share_ledger.ts),
+ * against a model: two to four servers on one in-memory store, each with
+ * its own limiter and ledger, on one scripted clock; one key line's
+ * requests spread over them at random, each server polling at its own
+ * random phase and jitter. Whatever the traffic, no window accepts more
+ * than the limit, and a request is refused only if at some moment of its
+ * life the installation's window was full.
+ */
+
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { RateLimiter } from "../../lib/auth/rate_limit.ts";
+import { shareOf } from "../../lib/auth/peers.ts";
+import { ShareLedger, shareWaitMs } from "../../lib/auth/share_ledger.ts";
+import {
+  readShares,
+  type ShareRecord,
+  type ShareStore,
+  sumOf,
+} from "../../lib/store/rate_shares.ts";
+import { ShareEntries } from "../../lib/store/layout/_shares.ts";
+import type { Entries } from "../../lib/store/entries.ts";
+import type { RateLimit } from "../../lib/store/types.ts";
+
+const POLL_MS = 100;
+const WAIT_MS = shareWaitMs(POLL_MS);
+const COUNTER = 7;
+
+/** A scripted clock whose timers run, in time order, only when it is moved. */
+class Clock {
+  ms = 0;
+  #timers: { at: number; seq: number; run: () => void }[] = [];
+  #seq = 0;
+
+  set = (run: () => void, ms: number): () => void => {
+    const timer = { at: this.ms + ms, seq: this.#seq++, run };
+    this.#timers.push(timer);
+    return () => {
+      this.#timers = this.#timers.filter((t) => t !== timer);
+    };
+  };
+
+  /** Runs every timer due up to `to`, letting each one's promises settle. */
+  async moveTo(to: number): Promise<void> {
+    for (;;) {
+      this.#timers.sort((a, b) => a.at - b.at || a.seq - b.seq);
+      const next = this.#timers[0];
+      if (next === undefined || next.at > to) break;
+      this.#timers.shift();
+      this.ms = Math.max(this.ms, next.at);
+      next.run();
+      await settle();
+    }
+    this.ms = Math.max(this.ms, to);
+    await settle();
+  }
+}
+
+/**
+ * Lets every promise chain on the in-memory store run to its end: the
+ * store answers at once, so only promise jobs are pending, and a task
+ * queued after them runs once they all have.
+ */
+function settle(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+/** The store as a model: a map of records under increasing versions. */
+class ModelShares implements ShareStore {
+  entries = new Map<number, { record: ShareRecord; version: string }>();
+  #version = 0;
+
+  list() {
+    return Promise.resolve(
+      [...this.entries].map(([counter, { record, version }]) => ({
+        counter,
+        version,
+        record: readShares(structuredClone(record)),
+      })),
+    );
+  }
+
+  get(counter: number) {
+    const entry = this.entries.get(counter);
+    return Promise.resolve({
+      version: entry?.version ?? null,
+      record: entry ? readShares(structuredClone(entry.record)) : null,
+    });
+  }
+
+  put(counter: number, record: ShareRecord | null, version: string | null) {
+    const entry = this.entries.get(counter);
+    if ((entry?.version ?? null) !== version) {
+      return Promise.resolve({ ok: false, version });
+    }
+    // What every commit keeps, checked where it is written.
+    if (record !== null) assert.ok(sumOf(record.shares) <= record.limit);
+    if (record === null) {
+      this.entries.delete(counter);
+      return Promise.resolve({ ok: true, version: null });
+    }
+    const next = String(++this.#version).padStart(12, "0");
+    this.entries.set(counter, {
+      record: structuredClone(record),
+      version: next,
+    });
+    return Promise.resolve({ ok: true, version: next });
+  }
+}
+
+interface Server {
+  id: string;
+  limiter: RateLimiter;
+  ledger: ShareLedger;
+}
+
+/** The registrations as the servers see them; a test removes one. */
+interface Membership {
+  live: string[];
+}
+
+function installation(
+  count: number,
+  clock: Clock,
+  store: ShareStore,
+  membership: Membership = { live: [] },
+) {
+  const ids = Array.from({ length: count }, (_, i) => `server-${i}`).sort();
+  membership.live = [...ids];
+  const servers: Server[] = ids.map((id) => {
+    const limiter = new RateLimiter({ now: () => clock.ms });
+    const ledger = new ShareLedger(store, {
+      self: () => id,
+      held: () => true,
+      peers: {
+        get count() {
+          return membership.live.length;
+        },
+        get live() {
+          return membership.live;
+        },
+        share: (limit: RateLimit, keyId: number) =>
+          shareOf(limit, {
+            rank: membership.live.indexOf(id),
+            count: membership.live.length,
+            keyId,
+          }),
+      },
+      used: (counter) => limiter.used(counter),
+      registered: () => Promise.resolve([...membership.live]),
+      waitMs: () => WAIT_MS,
+      now: () => clock.ms,
+      setTimer: clock.set,
+    });
+    return { id, limiter, ledger };
+  });
+  return servers;
+}
+
+/** What the API-key step does with one request of the line (authenticate.ts). */
+function send(
+  server: Server,
+  limit: RateLimit,
+  clock: Clock,
+): Promise<number | null> {
+  const take = () =>
+    server.limiter.take(COUNTER, limit, {
+      share: server.ledger.share(limit, COUNTER),
+    }).ok;
+  if (take()) return Promise.resolve(clock.ms);
+  return server.ledger.wait(COUNTER, limit, take).then((accepted) =>
+    accepted ? clock.ms : null
+  );
+}
+
+/** Accepted requests in (at − window, at]. */
+function inWindow(accepted: number[], at: number, windowMs: number): number {
+  return accepted.filter((t) => t > at - windowMs && t <= at).length;
+}
+
+const traffic = fc.record({
+  servers: fc.integer({ min: 2, max: 4 }),
+  limit: fc.integer({ min: 1, max: 12 }),
+  windowMs: fc.constantFrom(1000, 2000),
+  /** Each server's poll phase and per-poll jitter. */
+  phases: fc.array(fc.integer({ min: 0, max: POLL_MS - 1 }), {
+    minLength: 4,
+    maxLength: 4,
+  }),
+  jitter: fc.array(fc.integer({ min: 0, max: 60 }), { maxLength: 64 }),
+  requests: fc.array(
+    fc.record({
+      server: fc.nat(3),
+      gap: fc.oneof(
+        fc.constant(0),
+        fc.integer({ min: 1, max: 150 }),
+        fc.integer({ min: 500, max: 2500 }),
+      ),
+    }),
+    { minLength: 1, maxLength: 60 },
+  ),
+});
+
+Deno.test("model: servers lending shares never accept more than the limit in any window, and refuse a request only if the installation's window was full at some moment of its wait", async () => {
+  await fc.assert(
+    fc.asyncProperty(traffic, async (run) => {
+      const clock = new Clock();
+      const store = new ModelShares();
+      const servers = installation(run.servers, clock, store);
+      const limit = { count: run.limit, windowSeconds: run.windowMs / 1000 };
+      // Every server polls on its own phase, each poll a little late at
+      // random, but always well within the wait.
+      let jitters = 0;
+      servers.forEach((server, i) => {
+        const poll = () => {
+          server.ledger.poll();
+          const late = run.jitter[jitters++ % Math.max(1, run.jitter.length)];
+          clock.set(poll, POLL_MS + (late ?? 0));
+        };
+        clock.set(poll, run.phases[i]);
+      });
+      const accepted: number[] = [];
+      const outcomes: Promise<void>[] = [];
+      const refused: { sent: number; answered: number }[] = [];
+      let at = 0;
+      for (const request of run.requests) {
+        at += request.gap;
+        await clock.moveTo(at);
+        const sent = clock.ms;
+        const server = servers[request.server % servers.length];
+        outcomes.push(
+          send(server, limit, clock).then((time) => {
+            if (time === null) refused.push({ sent, answered: clock.ms });
+            else accepted.push(time);
+          }),
+        );
+        await settle();
+        // Never more than the limit granted at once, whoever holds it.
+        const granted = servers.reduce(
+          (sum, s) => sum + s.ledger.share(limit, COUNTER),
+          0,
+        );
+        assert.ok(granted <= run.limit, `granted ${granted}`);
+      }
+      await clock.moveTo(at + WAIT_MS + POLL_MS);
+      await Promise.all(outcomes);
+      for (const t of accepted) {
+        const seen = inWindow(accepted, t, run.windowMs);
+        assert.ok(seen <= run.limit, `${seen} accepted in the window to ${t}`);
+      }
+      for (const { sent, answered } of refused) {
+        const moments = [sent, ...accepted.filter((t) => t > sent)]
+          .filter((t) => t <= answered);
+        const full = moments.some((t) =>
+          inWindow(accepted, t, run.windowMs) >= run.limit
+        );
+        assert.ok(
+          full,
+          `refused at ${answered} (sent ${sent}) with the window never full`,
+        );
+        assert.ok(answered - sent <= WAIT_MS, "waited no longer than stated");
+      }
+    }),
+    { numRuns: 150 },
+  );
+});
+
+Deno.test("a server whose requests all land on it gets the whole limit once the others lend, and the others then get none", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const [a, b] = installation(2, clock, store);
+  const limit = { count: 10, windowSeconds: 60 };
+  const poll = () => {
+    a.ledger.poll();
+    b.ledger.poll();
+    clock.set(poll, POLL_MS);
+  };
+  clock.set(poll, POLL_MS);
+  const answers: (number | null)[] = [];
+  for (let i = 0; i < 11; i++) {
+    const answer = send(a, limit, clock);
+    await clock.moveTo(clock.ms + WAIT_MS + 1);
+    answers.push(await answer);
+  }
+  assert.equal(answers.filter((t) => t !== null).length, 10);
+  assert.equal(answers[10], null);
+  const other = send(b, limit, clock);
+  await clock.moveTo(clock.ms + WAIT_MS + 1);
+  assert.equal(await other, null);
+});
+
+Deno.test("a frozen lender: the borrower waits the stated bound and answers 429, and takes the frozen server's share once its registration is gone", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const membership = { live: [] as string[] };
+  const [a, b] = installation(2, clock, store, membership);
+  const limit = { count: 10, windowSeconds: 60 };
+  // Only `a` polls: `b` is stopped (SIGSTOP) and never sees the want.
+  const poll = () => {
+    a.ledger.poll();
+    clock.set(poll, POLL_MS);
+  };
+  clock.set(poll, POLL_MS);
+  const first = [];
+  for (let i = 0; i < 5; i++) first.push(await send(a, limit, clock));
+  assert.ok(first.every((t) => t !== null));
+  const sent = clock.ms;
+  let answered = -1;
+  const sixth = send(a, limit, clock).then((t) => {
+    answered = clock.ms;
+    return t;
+  });
+  await clock.moveTo(sent + WAIT_MS + 1);
+  assert.equal(await sixth, null);
+  assert.equal(answered - sent, WAIT_MS);
+  // Its lease lapsed and its registration was removed: its share is free.
+  membership.live = [a.id];
+  await clock.moveTo(clock.ms + POLL_MS);
+  const seventh = send(a, limit, clock);
+  const from = clock.ms;
+  await clock.moveTo(from + POLL_MS);
+  assert.notEqual(await seventh, null);
+  // Ten accepted here in all, the frozen server's own aside: the limit.
+  for (let i = 0; i < 4; i++) {
+    assert.notEqual(await send(a, limit, clock), null);
+  }
+  const last = send(a, limit, clock);
+  await clock.moveTo(clock.ms + WAIT_MS + 1);
+  assert.equal(await last, null, "the limit still holds");
+  void b;
+});
+
+Deno.test("share records on a store's entries: written only over the version read, unreadable ones read as null", async () => {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const shares = new ShareEntries(kv as unknown as Entries);
+    const record = { limit: 4, window: 60, shares: { a: 2, b: 2 }, wants: {} };
+    const first = await shares.put(1, record, null);
+    assert.ok(first.ok);
+    assert.equal((await shares.put(1, record, null)).ok, false);
+    assert.deepEqual((await shares.get(1)).record, record);
+    const moved = { ...record, shares: { a: 3, b: 1 } };
+    const second = await shares.put(1, moved, first.version);
+    assert.ok(second.ok);
+    assert.equal((await shares.put(1, record, first.version)).ok, false);
+    await kv.atomic().set(["rate_shares", 2], { limit: 1 }).commit();
+    await kv.atomic().set(["rate_shares", 3], {
+      ...record,
+      shares: { a: 3, b: 2 },
+    }).commit();
+    assert.deepEqual(
+      (await shares.list()).map(({ counter, record }) => [counter, record]),
+      [[1, moved], [2, null], [3, null]],
+    );
+    assert.ok((await shares.put(1, null, second.version)).ok);
+    assert.equal((await shares.get(1)).record, null);
+  } finally {
+    kv.close();
+  }
+});
