@@ -105,7 +105,7 @@ function usageLines(
 export function recordTone(record: KeyRecord, field: string): Tone | undefined {
   const status = field === "STATUS" || field === "status";
   if (record.status === "revoked") return status ? "red" : "dim";
-  const exposed = field === "EXPOSED IN A URL" || field === "exposedAt" ||
+  const exposed = field === "EXPOSED" || field === "exposedAt" ||
     field === "exposedFrom";
   if (record.exposedAt !== null && (status || exposed)) return "yellow";
   return undefined;

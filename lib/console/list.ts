@@ -26,7 +26,7 @@ export const list: Command = {
     "",
     "Times are shown relative to now; --json gives them exactly (ISO 8601).",
     "At a terminal the table is fitted to its width and coloured (revoked",
-    "keys dim, keys seen in a URL yellow); NO_COLOR turns colour off.",
+    "keys dim, exposed keys yellow); NO_COLOR turns colour off.",
   ],
   async run(ctx) {
     const { store, values, json, out } = ctx;
@@ -85,12 +85,12 @@ export const list: Command = {
     const notes: [shown: unknown[], what: string, fix: string][] = [
       [
         exposed,
-        "Sent in a URL, where proxies and logs may keep them",
+        "Exposed: sent in a URL, where proxies and logs may keep them, or reported as leaked",
         'rotate each with "keys rotate KEY"',
       ],
       [
         exposedRetiring,
-        "Sent in a URL and in a rotation's overlap",
+        "Exposed and in a rotation's overlap",
         'revoke each now with "keys revoke KEY"',
       ],
       [
@@ -180,7 +180,7 @@ function listColumns(now: number, all: boolean): Column<KeyRecord>[] {
     },
     // Which keys were exposed is repeated on stderr, so this column goes first.
     {
-      heading: "EXPOSED IN A URL",
+      heading: "EXPOSED",
       width: 34,
       min: 16,
       dropRank: 1,

@@ -192,7 +192,7 @@ Deno.test("a key in the URL is refused with 400, never authenticated, and shows 
   assert.doesNotMatch(list.stdout, /careful-erp.* from /);
   assert.match(
     list.stderr,
-    new RegExp(`Sent in a URL.*: ${leaked.id}; rotate`),
+    new RegExp(`Exposed: sent in a URL.*: ${leaked.id}; rotate`),
   );
   const show = JSON.parse(
     (await keys(dir.path, ["show", "leaky-erp", "--json"])).stdout,

@@ -182,7 +182,7 @@ Deno.test("list shows valid keys in a table and --all adds revoked ones with whe
   const list = await keys(dir.path, ["list"]);
   assert.match(
     list.stdout,
-    /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+LAST USED\s+HINT\s+EXPIRES\s+RATE\s+EXPOSED IN A URL\n/,
+    /^ID\s+NAME\s+EMAIL\s+STATUS\s+CREATED\s+LAST USED\s+HINT\s+EXPIRES\s+RATE\s+EXPOSED\n/,
   );
   assert.match(
     list.stdout,
@@ -536,7 +536,7 @@ Deno.test("list shows times relative to now, LAST USED as never when unused, and
   const rows = list.stdout.trim().split("\n");
   assert.match(
     rows[0],
-    /\bCREATED\s+LAST USED\s+HINT\s+EXPIRES\s+RATE\s+EXPOSED IN A URL\s+REVOKED\b/,
+    /\bCREATED\s+LAST USED\s+HINT\s+EXPIRES\s+RATE\s+EXPOSED\s+REVOKED\b/,
   );
   assert.match(
     rows[1],
@@ -562,7 +562,7 @@ Deno.test("list shows times relative to now, LAST USED as never when unused, and
       }\\s+person left$`,
     ),
   );
-  assert.match(list.stderr, /Sent in a URL.*: 2; rotate each/);
+  assert.match(list.stderr, /Exposed: sent in a URL.*: 2; rotate each/);
   const json = JSON.parse(
     (await keys(dir.path, ["list", "--all", "--json"])).stdout,
   );
