@@ -282,15 +282,14 @@ export async function exposeKey(
   if (reported ? !valid : current.exposedAt !== null) {
     return false;
   }
-  // Written even unchanged: a change commits by its writes, never by its
-  // audit lines alone.
-  draft.update(
-    current.exposedAt !== null ? current : {
+  // The first exposure is kept; a later one is an audit line alone.
+  if (current.exposedAt === null) {
+    draft.update({
       ...current,
       exposedAt: draft.at.toISOString(),
       exposedFrom: options.from,
-    },
-  );
+    });
+  }
   draft.audit({
     action: "expose",
     keyId: id,

@@ -55,7 +55,10 @@ export async function changeIn<T, A extends Alters>(
     const result = await work(draft);
     const before = counted(current);
     const op = kv.atomic().check(current);
-    if (draft.writes.length === 0 && draft.marks.length === 0) {
+    if (
+      draft.writes.length === 0 && draft.marks.length === 0 &&
+      draft.lines.length === 0
+    ) {
       // Nothing to write, yet the answer rests on what the draft read, and
       // is settled at `before`: only once a commit checking the revision
       // confirms that nothing was committed between reading it and the
