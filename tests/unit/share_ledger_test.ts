@@ -3,9 +3,10 @@
  * against a model: two to four servers on one in-memory store, each with
  * its own limiter and ledger, on one scripted clock; one key line's
  * requests spread over them at random, each server polling at its own
- * random phase and jitter. Whatever the traffic, no window accepts more
- * than the limit, and a request is refused only if at some moment of its
- * life the installation's window was full.
+ * random phase and jitter, each store call answering after a random time.
+ * Whatever the traffic, no window accepts more than the limit, and a
+ * request is refused only if at some moment of its life the installation's
+ * window was full.
  */
 
 import assert from "node:assert/strict";
@@ -59,20 +60,46 @@ class Clock {
 
 /**
  * Lets every promise chain on the in-memory store run to its end: the
- * store answers at once, so only promise jobs are pending, and a task
- * queued after them runs once they all have.
+ * store answers only by the clock's timers, so only promise jobs are
+ * pending, and a message posted after them is delivered once they all ran
+ * (a timer of 0 ms would do, but nested ones are held back 4 ms each).
  */
 function settle(): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, 0));
+  const { port1, port2 } = new MessageChannel();
+  return new Promise((resolve) => {
+    port1.onmessage = () => {
+      port1.close();
+      resolve();
+    };
+    port2.postMessage(null);
+  });
 }
 
-/** The store as a model: a map of records under increasing versions. */
+/**
+ * The store as a model: a map of records under increasing versions. Each
+ * call takes effect when made and answers after `delay()` ms on the clock,
+ * so requests and other servers' calls land in between.
+ */
 class ModelShares implements ShareStore {
   entries = new Map<number, { record: ShareRecord; version: string }>();
   #version = 0;
+  #clock: Clock | null;
+  #delay: () => number;
+
+  constructor(clock: Clock | null = null, delay: () => number = () => 0) {
+    this.#clock = clock;
+    this.#delay = delay;
+  }
+
+  #answer<T>(value: T): Promise<T> {
+    if (this.#clock === null) return Promise.resolve(value);
+    const { promise, resolve } = Promise.withResolvers<T>();
+    this.#clock.set(() => resolve(value), this.#delay());
+    return promise;
+  }
 
   list() {
-    return Promise.resolve(
+    return this.#answer(
       [...this.entries].map(([counter, { record, version }]) => ({
         counter,
         version,
@@ -83,7 +110,7 @@ class ModelShares implements ShareStore {
 
   get(counter: number) {
     const entry = this.entries.get(counter);
-    return Promise.resolve({
+    return this.#answer({
       version: entry?.version ?? null,
       record: entry ? readShares(structuredClone(entry.record)) : null,
     });
@@ -92,20 +119,20 @@ class ModelShares implements ShareStore {
   put(counter: number, record: ShareRecord | null, version: string | null) {
     const entry = this.entries.get(counter);
     if ((entry?.version ?? null) !== version) {
-      return Promise.resolve({ ok: false, version });
+      return this.#answer({ ok: false, version });
     }
     // What every commit keeps, checked where it is written.
     if (record !== null) assert.ok(sumOf(record.shares) <= record.limit);
     if (record === null) {
       this.entries.delete(counter);
-      return Promise.resolve({ ok: true, version: null });
+      return this.#answer({ ok: true, version: null });
     }
     const next = String(++this.#version).padStart(12, "0");
     this.entries.set(counter, {
       record: structuredClone(record),
       version: next,
     });
-    return Promise.resolve({ ok: true, version: next });
+    return this.#answer({ ok: true, version: next });
   }
 }
 
@@ -189,6 +216,8 @@ const traffic = fc.record({
     maxLength: 4,
   }),
   jitter: fc.array(fc.integer({ min: 0, max: 60 }), { maxLength: 64 }),
+  /** Each store call's time to answer, in turn. */
+  latency: fc.array(fc.integer({ min: 0, max: 40 }), { maxLength: 32 }),
   requests: fc.array(
     fc.record({
       server: fc.nat(3),
@@ -206,7 +235,11 @@ Deno.test("model: servers lending shares never accept more than the limit in any
   await fc.assert(
     fc.asyncProperty(traffic, async (run) => {
       const clock = new Clock();
-      const store = new ModelShares();
+      let calls = 0;
+      const store = new ModelShares(
+        clock,
+        () => run.latency[calls++ % Math.max(1, run.latency.length)] ?? 0,
+      );
       const servers = installation(run.servers, clock, store);
       const limit = { count: run.limit, windowSeconds: run.windowMs / 1000 };
       // Every server polls on its own phase, each poll a little late at
@@ -262,7 +295,7 @@ Deno.test("model: servers lending shares never accept more than the limit in any
         assert.ok(answered - sent <= WAIT_MS, "waited no longer than stated");
       }
     }),
-    { numRuns: 150 },
+    { numRuns: 500 },
   );
 });
 
