@@ -110,6 +110,7 @@ export async function serve(): Promise<void> {
   const webhooks = new WebhookSender(store, {
     retryBaseMs: config.webhooks.retrySeconds * 1000,
     expiringDays: config.webhooks.expiringDays,
+    hosts: config.webhooks.hosts,
     log: (fields) => log.write(fields),
   });
   // The servers sharing the store, as their registrations show them: each

@@ -54,3 +54,26 @@ export function isLoopback(hostname: string): boolean {
   const v4 = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(host);
   return v4 !== null && v4.slice(1).every((part) => Number(part) <= 255);
 }
+
+/**
+ * Whether `url` is on a host that WEBHOOK_HOSTS grants: `host` grants every
+ * port, `host:port` that one, as `--allow-net` reads them. The start task
+ * also grants the server its own listeners and the store's address, which
+ * Deno cannot tell from a receiver's, so the sender asks this first.
+ */
+export function grantedHost(url: URL, hosts: readonly string[]): boolean {
+  const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
+  return hosts.some((entry) => {
+    const match = /^(.+?)(?::(\d{1,5}))?$/.exec(entry);
+    if (match === null) return false;
+    let hostname: string;
+    try {
+      // Written as the URL writes its own: lower case, IPv6 shortest.
+      hostname = new URL(`http://${match[1]}`).hostname;
+    } catch {
+      return false;
+    }
+    return hostname === url.hostname &&
+      (match[2] === undefined || Number(match[2]) === port);
+  });
+}

@@ -10,6 +10,7 @@ import type {
   StoredEndpoint,
   WebhookEvent,
 } from "../store/webhook_types.ts";
+import { grantedHost } from "./endpoint_url.ts";
 import { signedHeaders } from "./sign.ts";
 
 /** The body a receiver gets: `{type, timestamp, data}`. */
@@ -18,11 +19,19 @@ export function payload(event: WebhookEvent): string {
   return JSON.stringify({ type, timestamp, data });
 }
 
-/** Sends `event` to `endpoint` once; never throws. `signal` aborts it (a stop). */
+/**
+ * Sends `event` to `endpoint` once; never throws. `signal` aborts it (a
+ * stop); with `hosts` (WEBHOOK_HOSTS), a URL on no host of it is not sent.
+ */
 export async function sendOnce(
   endpoint: StoredEndpoint,
   event: WebhookEvent,
-  options: { at: Date; timeoutMs: number; signal?: AbortSignal },
+  options: {
+    at: Date;
+    timeoutMs: number;
+    signal?: AbortSignal;
+    hosts?: readonly string[];
+  },
 ): Promise<Attempt> {
   const body = payload(event);
   const headers = await signedHeaders(endpoint.signingKey, {
@@ -36,6 +45,9 @@ export async function sendOnce(
     error,
     ms: Math.round(performance.now() - started),
   });
+  if (options.hosts && !grantedHost(new URL(endpoint.url), options.hosts)) {
+    return result(null, "not_permitted");
+  }
   const timeout = AbortSignal.timeout(options.timeoutMs);
   try {
     const response = await fetch(endpoint.url, {

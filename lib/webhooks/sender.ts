@@ -29,6 +29,8 @@ export interface SenderOptions {
   housekeepingMs?: number;
   /** Days before expiry at which `key.expiring` is sent; default 14 and 1. */
   expiringDays?: readonly number[];
+  /** Hosts deliveries may reach (WEBHOOK_HOSTS); unset, any the process may. */
+  hosts?: readonly string[];
   /** The clock; default Date.now. */
   now?: () => number;
   log?: (fields: Record<string, unknown>) => void;
@@ -48,6 +50,7 @@ export class WebhookSender {
   #pollMs: number;
   #housekeepingMs: number;
   #days: readonly number[];
+  #hosts: readonly string[] | undefined;
   #now: () => number;
   #log: (fields: Record<string, unknown>) => void;
   #inFlight = new Map<number, number>();
@@ -71,6 +74,7 @@ export class WebhookSender {
     this.#pollMs = options.pollMs ?? 1_000;
     this.#housekeepingMs = options.housekeepingMs ?? 60_000;
     this.#days = options.expiringDays ?? [14, 1];
+    this.#hosts = options.hosts;
     this.#now = options.now ?? Date.now;
     this.#log = options.log ?? ((f) => console.error(JSON.stringify(f)));
   }
@@ -198,6 +202,7 @@ export class WebhookSender {
       at: new Date(this.#now()),
       timeoutMs: this.#timeoutMs,
       signal: this.#stop.signal,
+      hosts: this.#hosts,
     });
     const ok = attempt.status !== null && attempt.status >= 200 &&
       attempt.status < 300;
