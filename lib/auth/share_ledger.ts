@@ -266,10 +266,12 @@ export class ShareLedger {
     let lowered = false;
     if (waiting !== undefined) {
       const count = waiting.waiters.size;
-      const want = Math.max(
-        count,
-        Math.ceil(next.limit / Math.max(1, Object.keys(next.shares).length)),
+      // In whole even shares, so that a want is rewritten (and every
+      // server told) only when it grows by one, not at each waiter.
+      const chunk = Math.ceil(
+        next.limit / Math.max(1, Object.keys(next.shares).length),
       );
+      const want = Math.min(next.limit, Math.ceil(count / chunk) * chunk);
       const take = Math.min(free, want);
       if (take > 0) {
         next.shares[self] = mine + take;
