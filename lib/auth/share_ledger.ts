@@ -73,11 +73,8 @@ export interface ShareLedgerOptions {
 /** A record as last seen, `since` when its version was first seen (monotonic). */
 type View = { record: ShareRecord; version: string; since: number };
 
-interface Waiter {
-  /** Tries the request again; true when it was accepted. */
-  attempt: () => boolean;
-  done: (accepted: boolean) => void;
-}
+/** A request held: `attempt` tries it again, true when it was accepted. */
+type Waiter = { attempt: () => boolean; done: (accepted: boolean) => void };
 
 type Waiting = { limit: RateLimit; waiters: Set<Waiter> };
 
@@ -117,13 +114,16 @@ export class ShareLedger {
     });
   }
 
-  /** This server's share of `counter`'s limit now: a map lookup, no store call. */
-  share(limit: RateLimit, counter: number): number {
+  /**
+   * This server's share of `counter`'s limit now, a map lookup and no store
+   * call, and by what to scale what remains of it for the installation: by
+   * the servers while shares are even; by 1 for a share lent or borrowed.
+   */
+  place(limit: RateLimit, counter: number): { share: number; scale: number } {
     const view = this.#views.get(counter);
-    if (view === undefined || view.record.limit !== limit.count) {
-      return this.#peers.share(limit, counter);
-    }
-    return this.#mine(counter, view.record);
+    return view === undefined || view.record.limit !== limit.count
+      ? { share: this.#peers.share(limit, counter), scale: this.#peers.count }
+      : { share: this.#mine(counter, view.record), scale: 1 };
   }
 
   /**

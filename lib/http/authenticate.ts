@@ -76,7 +76,7 @@ export interface AuthenticatorOptions {
   /** Without it this server enforces each whole limit, as if alone. */
   peers?: Pick<Peers, "count" | "share">;
   /** Shares lent between servers; without it each server keeps its even share. */
-  shares?: Pick<ShareLedger, "share" | "wait">;
+  shares?: Pick<ShareLedger, "place" | "wait">;
   /** The in-memory figures (lib/server/figures.ts). */
   counts?: AuthCounts;
 }
@@ -193,12 +193,9 @@ export function createAuthenticator(
     limit: RateLimit,
     counter: number,
   ): { share: number; scale: number } {
+    if (shares !== undefined) return shares.place(limit, counter);
     return {
-      share: shares !== undefined
-        ? shares.share(limit, counter)
-        : peers === undefined
-        ? limit.count
-        : peers.share(limit, counter),
+      share: peers === undefined ? limit.count : peers.share(limit, counter),
       scale: peers?.count ?? 1,
     };
   }

@@ -39,7 +39,7 @@ export interface HandlerOptions {
   background?: BackgroundWrites;
   peers?: Pick<Peers, "count" | "share">;
   /** Shares lent between servers (lib/auth/share_ledger.ts). */
-  shares?: Pick<ShareLedger, "share" | "wait">;
+  shares?: Pick<ShareLedger, "place" | "wait">;
   rateLimiter?: RateLimiter;
   /** LEAKED_KEY_ACTION: what a valid key reported as leaked gets; default `revoke`. */
   leakedKeyAction?: LeakedKeyAction;

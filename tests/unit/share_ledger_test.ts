@@ -193,7 +193,7 @@ function send(
 ): Promise<number | null> {
   const take = () =>
     server.limiter.take(COUNTER, limit, {
-      share: server.ledger.share(limit, COUNTER),
+      share: server.ledger.place(limit, COUNTER).share,
     }).ok;
   if (take()) return Promise.resolve(clock.ms);
   return server.ledger.wait(COUNTER, limit, take).then((accepted) =>
@@ -271,7 +271,7 @@ Deno.test("model: servers lending shares never accept more than the limit in any
         await settle();
         // Never more than the limit granted at once, whoever holds it.
         const granted = servers.reduce(
-          (sum, s) => sum + s.ledger.share(limit, COUNTER),
+          (sum, s) => sum + s.ledger.place(limit, COUNTER).share,
           0,
         );
         assert.ok(granted <= run.limit, `granted ${granted}`);
