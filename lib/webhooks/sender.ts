@@ -15,6 +15,9 @@ import { remindOfExpiry, sweepOutbox } from "./housekeeping.ts";
 import { nextTry } from "./schedule.ts";
 import { sendOnce } from "./send.ts";
 
+/** The longest an endpoint rests after a failed try before its next due delivery. */
+const REST_MS = 1_000;
+
 /** How the sender runs; every time is injectable for tests. */
 export interface SenderOptions {
   /** The first retry's delay; default 5 s. */
@@ -54,6 +57,8 @@ export class WebhookSender {
   #now: () => number;
   #log: (fields: Record<string, unknown>) => void;
   #inFlight = new Map<number, number>();
+  /** Endpoint id → until when it rests after a failed try (this server's view). */
+  #resting = new Map<number, number>();
   #sending = new Set<Promise<void>>();
   #round: Promise<void> | null = null;
   #again = false;
@@ -156,6 +161,7 @@ export class WebhookSender {
     for (const endpoint of endpoints) {
       const free = this.#perEndpoint - (this.#inFlight.get(endpoint.id) ?? 0);
       if (free <= 0 || this.#stop.signal.aborted) continue;
+      if ((this.#resting.get(endpoint.id) ?? -Infinity) > now) continue;
       const due = await this.#store.webhooks.due(endpoint.id, now, free);
       for (const found of due) {
         // Held past one try's deadline: a server that dies mid-send leaves
@@ -207,6 +213,16 @@ export class WebhookSender {
     const ok = attempt.status !== null && attempt.status >= 200 &&
       attempt.status < 300;
     const nowMs = this.#now();
+    // A receiver that just failed is most likely down: its other deliveries
+    // wait a moment, rather than each be tried back to back against it (a
+    // backlog to a refused port took a third of a core, at each backoff).
+    if (ok) this.#resting.delete(endpoint.id);
+    else if (attempt.error !== "stopped") {
+      this.#resting.set(
+        endpoint.id,
+        nowMs + Math.min(this.#retryBaseMs, REST_MS),
+      );
+    }
     // A test is for the admin waiting on it: retrying it would tell nobody.
     const once = delivery.event.type === "webhook.test";
     const next = ok || once
