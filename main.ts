@@ -196,6 +196,9 @@ export async function serve(): Promise<void> {
     // After the registration, so that this server counts itself from the
     // first listing on.
     if (!stopping.heard) await peers.start();
+    // The lent shares known before the first request: a server starting
+    // holds none of a key whose shares were lent until it claims some.
+    if (!stopping.heard) await shares.poll().catch(() => {});
     if (!stopping.heard) webhooks.start();
     // Behind nginx on a socket only it can open, Deno's own path (see
     // lib/server/serve.ts); anywhere a port is exposed, the connection guard.

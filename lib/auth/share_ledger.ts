@@ -97,7 +97,7 @@ export class ShareLedger {
   #waiting = new Map<number, Waiting>();
   /** Store work, one step at a time: no listing races this server's commits. */
   #queue: Promise<unknown> = Promise.resolve();
-  #polling = false;
+  #polling: Promise<void> | null = null;
 
   constructor(store: ShareStore, options: ShareLedgerOptions) {
     this.#store = store;
@@ -174,41 +174,35 @@ export class ShareLedger {
   }
 
   /**
-   * One look at every record, run at each lease poll (skipped while one
+   * One look at every record, run at each lease poll (joining one that
    * runs): lends to wants, claims what is free, reclaims the shares of
    * servers gone, gives back idle ones. One listing when nothing is hot.
    */
-  async poll(): Promise<void> {
-    if (this.#polling) return;
-    this.#polling = true;
-    try {
-      await this.#serial(async () => {
-        const listed = await this.#store.list();
-        const now = this.#now();
-        const seen = new Set<number>();
-        for (const { counter, version, record } of listed) {
-          seen.add(counter);
-          // Unreadable: it grants nothing, and goes.
-          if (record === null) await this.#store.put(counter, null, version);
-          else this.#see(counter, record, version, now);
-        }
-        for (const counter of [...this.#views.keys()]) {
-          if (!seen.has(counter)) this.#forget(counter);
-        }
-        const hot = new Set([...this.#views.keys(), ...this.#waiting.keys()]);
-        for (const counter of hot) {
-          const view = this.#views.get(counter);
-          await this.#settle(
-            counter,
-            view ?? { record: null, version: null },
-          );
-        }
-      });
-    } finally {
-      this.#polling = false;
-    }
-    // Also what the window let go of since: a waiter may fit without a claim.
-    for (const counter of [...this.#waiting.keys()]) this.#retry(counter);
+  poll(): Promise<void> {
+    this.#polling ??= this.#serial(async () => {
+      const listed = await this.#store.list();
+      const now = this.#now();
+      const seen = new Set<number>();
+      for (const { counter, version, record } of listed) {
+        seen.add(counter);
+        // Unreadable: it grants nothing, and goes.
+        if (record === null) await this.#store.put(counter, null, version);
+        else this.#see(counter, record, version, now);
+      }
+      for (const counter of [...this.#views.keys()]) {
+        if (!seen.has(counter)) this.#forget(counter);
+      }
+      const hot = new Set([...this.#views.keys(), ...this.#waiting.keys()]);
+      for (const counter of hot) {
+        const view = this.#views.get(counter);
+        await this.#settle(counter, view ?? { record: null, version: null });
+      }
+    }).finally(() => {
+      this.#polling = null;
+      // And what the window let go of: a waiter may fit without a claim.
+      for (const counter of [...this.#waiting.keys()]) this.#retry(counter);
+    });
+    return this.#polling;
   }
 
   /** Runs `work` after the store work before it. */
