@@ -13,8 +13,20 @@ export class EndpointUrlError extends Error {
   }
 }
 
+/**
+ * The longest URL, in characters: every change reads the endpoint list, one
+ * entry, which must stay well within Deno KV's 64 KiB for the most endpoints.
+ */
+export const URL_MAX = 2048;
+
 /** The URL, checked; throws {@linkcode EndpointUrlError} naming the fix. */
 export function endpointUrl(text: string): URL {
+  if (text.length > URL_MAX) {
+    throw new EndpointUrlError(
+      "not_a_url",
+      `A webhook URL has at most ${URL_MAX} characters, not ${text.length}; give the receiver a shorter path`,
+    );
+  }
   let url: URL;
   try {
     url = new URL(text);
@@ -42,6 +54,12 @@ export function endpointUrl(text: string): URL {
     throw new EndpointUrlError(
       "https_required",
       `Webhooks are sent over HTTPS except to this host (127.0.0.0/8, ::1, localhost): use https://${url.host}${url.pathname}${url.search}`,
+    );
+  }
+  if (url.href.length > URL_MAX) {
+    throw new EndpointUrlError(
+      "not_a_url",
+      `A webhook URL has at most ${URL_MAX} characters, not ${url.href.length} once encoded; give the receiver a shorter path`,
     );
   }
   return url;
