@@ -29,8 +29,22 @@ export type EventType = KeyEventType | "webhook.test";
 
 /** The most endpoints: each event is one delivery row per endpoint, in the change's commit. */
 export const MAX_ENDPOINTS = 10;
-/** Pending deliveries kept, all endpoints together; past it the oldest are dropped (the sweep). */
+/**
+ * Pending deliveries kept, all endpoints together; past it the sweep drops
+ * the oldest of {@linkcode TRAFFIC_EVENTS} first, then the oldest of the rest.
+ */
 export const MAX_PENDING = 10_000;
+/**
+ * Events a client's requests raise: whoever holds one key can raise many, so
+ * past the bound they go before any change's or exposure's, which they could
+ * otherwise push out.
+ */
+export const TRAFFIC_EVENTS: ReadonlySet<EventType> = new Set([
+  "key.new_network",
+  "key.refused_network",
+  "key.rate_limited",
+  "webhook.test",
+]);
 /** Finished deliveries kept for `keys webhooks deliveries` and `redeliver`. */
 export const DONE_KEPT = 1_000;
 /** Attempts kept on each delivery: the latest. */

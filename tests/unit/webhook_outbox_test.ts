@@ -322,6 +322,44 @@ Deno.test("past its bound the outbox drops its oldest deliveries, each with a lo
   }
 });
 
+Deno.test("past its bound the outbox drops what traffic raised before any older change's event, so one key's flood cannot push a revocation out", async () => {
+  const store = await openKvStore(await kvFile());
+  await using receiver = startReceiver();
+  await subscribe(store, receiver);
+  try {
+    const created = await store.create(newKey("leaked").input, ACTOR);
+    await store.revoke(created.id, ACTOR);
+    // An attacker holding another key runs into its limit window after window.
+    const flooding = await store.create({
+      ...newKey("flood").input,
+      rateLimit: { count: 5, windowSeconds: 60 },
+    }, ACTOR);
+    for (let i = 0; i < 6; i++) {
+      await store.noteRateLimited(flooding.id, new Date(i * 3_600_000));
+    }
+    const before = await store.webhooks.deliveries();
+    assert.equal(before.length, 9);
+    const dropped = await sweepOutbox(store, {
+      now: new Date(),
+      log: () => {},
+      maxPending: 4,
+    });
+    assert.equal(dropped, 5);
+    const pending = (await store.webhooks.deliveries())
+      .filter((d) => d.state === "pending")
+      .map((d) => d.event.type)
+      .sort();
+    assert.deepEqual(pending, [
+      "key.created",
+      "key.created",
+      "key.rate_limited",
+      "key.revoked",
+    ]);
+  } finally {
+    store.close();
+  }
+});
+
 Deno.test("an import that fails, wiping what it staged, leaves the webhook endpoints and outbox in place", async () => {
   const store = await openKvStore(await kvFile());
   await using receiver = startReceiver();

@@ -29,6 +29,7 @@ import {
   type KeyEventType,
   MAX_ENDPOINTS,
   type StoredEndpoint,
+  TRAFFIC_EVENTS,
   type WebhookEndpoint,
   type WebhookEvent,
   type WebhookStore,
@@ -290,7 +291,8 @@ export class WebhookEntries implements WebhookStore {
 
   /**
    * Keeps the outbox bounded: drops pending deliveries of removed endpoints
-   * and, past `maxPending`, the oldest; forgets all but the latest
+   * and, past `maxPending`, the oldest, those raised by traffic first;
+   * forgets all but the latest
    * `doneKept` finished ones. Returns what it dropped.
    */
   async sweep(
@@ -299,7 +301,11 @@ export class WebhookEntries implements WebhookStore {
     const ids = new Set((await this.endpoints()).map((e) => e.id));
     const pending: Present<Delivery>[] = [];
     for await (const entry of this.#pending()) pending.push(entry);
-    pending.sort((a, b) => a.value.id.localeCompare(b.value.id));
+    const kept = (entry: Present<Delivery>) =>
+      TRAFFIC_EVENTS.has(entry.value.event.type) ? 0 : 1;
+    pending.sort((a, b) =>
+      kept(a) - kept(b) || a.value.id.localeCompare(b.value.id)
+    );
     const over = pending.length - options.maxPending;
     const dropped: Delivery[] = [];
     for (const [i, entry] of pending.entries()) {
@@ -313,12 +319,12 @@ export class WebhookEntries implements WebhookStore {
         .set(doneKey(delivery.id), delivery).commit();
       if (done.ok) dropped.push(delivery);
     }
-    const kept: Present<unknown>[] = [];
+    const done: Present<unknown>[] = [];
     for await (const entry of this.#kv.list({ prefix: ["webhook_done"] })) {
-      kept.push(entry);
+      done.push(entry);
     }
-    const excess = Math.max(0, kept.length - options.doneKept);
-    for (const entry of kept.slice(0, excess)) {
+    const excess = Math.max(0, done.length - options.doneKept);
+    for (const entry of done.slice(0, excess)) {
       await this.#kv.atomic().check(entry).delete(entry.key).commit();
     }
     return dropped;
