@@ -5,6 +5,7 @@
  * hash or e-mail address in anything it prints.
  */
 
+import { VERSION } from "../../lib/util/version.ts";
 import assert from "node:assert/strict";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import { LEASE_MS } from "../../lib/store/registrations.ts";
@@ -195,7 +196,7 @@ for (const onPostgres of [false, true]) {
         });
         assert.deepEqual(
           seen!.servers.map((one) => one.release),
-          ["1.0.0", "1.0.0"],
+          [VERSION, VERSION],
         );
         assert.ok(seen!.servers.every((one) => one.host === Deno.hostname()));
         assert.deepEqual(
