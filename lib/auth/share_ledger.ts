@@ -19,8 +19,7 @@
  *   window sees more than L across the servers.
  * - **Reclaim.** A server whose registration is gone has no lease; its
  *   share is free. **Give back:** a record idle for its window (at most a
- *   minute) drifts back to even shares and is removed; a lender needing
- *   its share sooner wants it like anyone.
+ *   minute) drifts back to even shares and is removed.
  *
  * @module
  */
@@ -37,8 +36,7 @@ import {
 
 /** The longest a record idles before its shares drift back to even. */
 const IDLE_MAX_MS = 60_000;
-/** Tries of one step against others' commits, before the next poll. */
-const TRIES = 3;
+const TRIES = 3; // of one step against others' commits, before the next poll
 /** Requests of one key line held at once on a server; more get 429 at once. */
 const MAX_WAITING = 1000;
 
@@ -76,7 +74,13 @@ type View = { record: ShareRecord; version: string; since: number };
 /** A request held: `attempt` tries it again, true when it was accepted. */
 type Waiter = { attempt: () => boolean; done: (accepted: boolean) => void };
 
-type Waiting = { limit: RateLimit; waiters: Set<Waiter> };
+/** Requests held for a counter; `asked` of them covered by the last want. */
+type Waiting = {
+  limit: RateLimit;
+  waiters: Set<Waiter>;
+  asked: number;
+  queued: boolean;
+};
 
 type Found = { record: ShareRecord | null; version: string | null };
 
@@ -148,7 +152,7 @@ export class ShareLedger {
     }
     const first = waiting === undefined;
     if (waiting === undefined) {
-      waiting = { limit, waiters: new Set() };
+      waiting = { limit, waiters: new Set(), asked: 0, queued: false };
       this.#waiting.set(counter, waiting);
     }
     waiting.limit = limit;
@@ -168,8 +172,14 @@ export class ShareLedger {
     };
     held.waiters.add(waiter);
     cancel = this.#setTimer(() => waiter.done(false), this.#waitMs());
-    // The want is written at once; later waiters ride on it and the polls.
-    if (first) this.#serial(() => this.#refresh(counter)).catch(() => {});
+    // The want is written at once, and again only when it must grow.
+    if ((first || held.waiters.size > held.asked) && !held.queued) {
+      held.queued = true;
+      this.#serial(() => {
+        held.queued = false;
+        return this.#refresh(counter);
+      }).catch(() => {});
+    }
     return promise;
   }
 
@@ -266,7 +276,10 @@ export class ShareLedger {
         next.limit / Math.max(1, Object.keys(next.shares).length),
       );
       const want = Math.min(next.limit, Math.ceil(count / chunk) * chunk);
-      const take = Math.min(free, want);
+      // Only what is held while others want too: theirs is as urgent.
+      const others = sumOf(next.wants) - (next.wants[self] ?? 0);
+      const take = Math.min(free, others > 0 ? count : want);
+      waiting.asked = want;
       if (take > 0) {
         next.shares[self] = mine + take;
         raised = true;
@@ -433,10 +446,5 @@ function even(
   ids.forEach((id, rank) => {
     shares[id] = shareOf(limit, { rank, count: ids.length, keyId: counter });
   });
-  return {
-    limit: limit.count,
-    window: limit.windowSeconds,
-    shares,
-    wants: {},
-  };
+  return { limit: limit.count, window: limit.windowSeconds, shares, wants: {} };
 }

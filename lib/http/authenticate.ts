@@ -183,9 +183,12 @@ export function createAuthenticator(
     let last = decision;
     const retry = () =>
       (last = limiter.take(counter, limit, place(limit, counter))).ok;
-    return shares.wait(counter, limit, retry).then(() =>
-      rated(record, { client, route }, last)
-    );
+    // Tried once more at the end: the window may have let one go since the
+    // last poll, and the refusal's Retry-After is counted from now.
+    return shares.wait(counter, limit, retry).then((accepted) => {
+      if (!accepted) retry();
+      return rated(record, { client, route }, last);
+    });
   }
 
   /** This server's share of a limit, and the servers it is one of. */
