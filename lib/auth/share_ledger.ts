@@ -145,18 +145,14 @@ export class ShareLedger {
     if (this.#self() === null || !this.#held() || alone) {
       return Promise.resolve(false);
     }
-    let waiting = this.#waiting.get(counter);
+    const waiting = this.#waiting.get(counter);
     // Memory, not fairness: each one held is a connection held as well.
     if (waiting !== undefined && waiting.waiters.size >= MAX_WAITING) {
       return Promise.resolve(false);
     }
     const first = waiting === undefined;
-    if (waiting === undefined) {
-      waiting = { limit, waiters: new Set(), asked: 0, queued: false };
-      this.#waiting.set(counter, waiting);
-    }
-    waiting.limit = limit;
-    const held = waiting;
+    const held = waiting ?? { waiters: new Set(), asked: 0, queued: false };
+    this.#waiting.set(counter, Object.assign(held, { limit }));
     const { promise, resolve } = Promise.withResolvers<boolean>();
     let cancel = () => {};
     const waiter: Waiter = {
@@ -257,7 +253,10 @@ export class ShareLedger {
       ? even(counter, waiting.limit, live, self)
       : null;
     if (next === null) return true;
-    for (const id of await this.#gone(next, { self, live })) {
+    // Held requests look past the peers' listing (a second old at most): a
+    // server stopped since has left its share free (a moment's wait, not 429).
+    const known = waiting ? live.filter((id) => !next.shares[id]) : live;
+    for (const id of await this.#gone(next, { self, live: known })) {
       delete next.shares[id];
       delete next.wants[id];
     }

@@ -145,6 +145,8 @@ interface Server {
 /** The registrations as the servers see them; a test removes one. */
 interface Membership {
   live: string[];
+  /** The registrations in the store now, when the servers' listing is older. */
+  registered?: string[];
 }
 
 function installation(
@@ -175,7 +177,8 @@ function installation(
           }),
       },
       used: (counter) => limiter.used(counter),
-      registered: () => Promise.resolve([...membership.live]),
+      registered: () =>
+        Promise.resolve([...(membership.registered ?? membership.live)]),
       waitMs: () => WAIT_MS,
       now: () => clock.ms,
       setTimer: clock.set,
@@ -383,6 +386,40 @@ Deno.test("a frozen lender: the borrower waits the stated bound and answers 429,
   await clock.moveTo(clock.ms + WAIT_MS + 1);
   assert.equal(await last, null, "the limit still holds");
   void b;
+});
+
+Deno.test("a server that borrowed more than it used stops: a request past the other's share takes the stopped one's share at once, not after the next listing of the servers", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const membership: Membership = { live: [] };
+  const [a, b] = installation(2, clock, store, membership);
+  const limit = { count: 10, windowSeconds: 60 };
+  let polling = [a, b];
+  const poll = () => {
+    for (const server of polling) server.ledger.poll();
+    clock.set(poll, POLL_MS);
+  };
+  clock.set(poll, POLL_MS);
+  // Six on b: past its five it wants a whole even share, and claims it.
+  for (let i = 0; i < 6; i++) {
+    const answer = send(b, limit, clock);
+    await clock.moveTo(clock.ms + WAIT_MS + 1);
+    assert.notEqual(await answer, null);
+  }
+  assert.equal(store.entries.get(COUNTER)?.record.shares[b.id], 10);
+  // b stops (SIGTERM): its registration is removed at once, while a's
+  // listing of the servers (once a second) still shows it.
+  polling = [a];
+  membership.registered = [a.id];
+  const sent = clock.ms;
+  let answered = -1;
+  const seventh = send(a, limit, clock).then((t) => {
+    answered = clock.ms;
+    return t;
+  });
+  await clock.moveTo(sent + WAIT_MS + 1);
+  assert.notEqual(await seventh, null, "an honest request is not refused");
+  assert.ok(answered - sent < WAIT_MS, `${answered - sent} ms`);
 });
 
 Deno.test("share records on a store's entries: written only over the version read, unreadable ones read as null", async () => {
