@@ -141,8 +141,9 @@ export class ShareLedger {
     limit: RateLimit,
     attempt: () => boolean,
   ): Promise<boolean> {
-    const alone = this.#peers.count <= 1 && !this.#views.has(counter);
-    if (this.#self() === null || !this.#held() || alone) {
+    // Without a lease (a renewal the store was slow to take) it waits for
+    // the lease as for a lender: #step does nothing until it is back.
+    if (this.#peers.count <= 1 && !this.#views.has(counter)) {
       return Promise.resolve(false);
     }
     const waiting = this.#waiting.get(counter);

@@ -422,6 +422,48 @@ Deno.test("a server that borrowed more than it used stops: a request past the ot
   assert.ok(answered - sent < WAIT_MS, `${answered - sent} ms`);
 });
 
+Deno.test("a server whose lease lapses for a moment (the store slow to take its renewal) holds a request of a lent key until the lease is back, rather than answering 429 with the whole window to wait", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const ids = ["server-0", "server-1"];
+  // This server borrowed the whole limit earlier.
+  store.entries.set(COUNTER, {
+    record: { limit: 10, window: 60, shares: { [ids[0]]: 10 }, wants: {} },
+    version: "seed",
+  });
+  let held = true;
+  const limiter = new RateLimiter({ now: () => clock.ms });
+  const ledger = new ShareLedger(store, {
+    self: () => ids[0],
+    held: () => held,
+    peers: { count: 2, live: ids, share: () => 5 },
+    used: (counter) => limiter.used(counter),
+    registered: () => Promise.resolve(ids),
+    waitMs: () => WAIT_MS,
+    now: () => clock.ms,
+    setTimer: clock.set,
+  });
+  const server = { id: ids[0], limiter, ledger };
+  const limit = { count: 10, windowSeconds: 60 };
+  await ledger.poll();
+  for (let i = 0; i < 6; i++) {
+    assert.notEqual(await send(server, limit, clock), null);
+  }
+  held = false;
+  const sent = clock.ms;
+  const seventh = send(server, limit, clock);
+  await clock.moveTo(sent + POLL_MS);
+  // The renewal commits; the lease's poll follows.
+  held = true;
+  await ledger.poll();
+  await clock.moveTo(sent + WAIT_MS + 1);
+  assert.equal(
+    await seventh,
+    sent + POLL_MS,
+    "accepted once the lease is back",
+  );
+});
+
 Deno.test("share records on a store's entries: written only over the version read, unreadable ones read as null", async () => {
   const kv = await Deno.openKv(":memory:");
   try {
