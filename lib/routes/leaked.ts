@@ -20,6 +20,13 @@ export const LEAKED_PATH = "/api/v1/keys/leaked";
 export const MAX_VALUES = 100;
 /** The body's size: 100 keys take 4 KiB; room for the context a scanner copies along. */
 export const MAX_BODY_BYTES = 64 * 1024;
+/**
+ * How long after the gate a 202 is sent, whatever the values were: time for
+ * a valid key's revocation to be acknowledged by every server that answers
+ * (tens of milliseconds), so the reporter's next request with it gets 401
+ * everywhere, while the answer's timing still tells nothing.
+ */
+export const LEAK_ANSWER_MS = 500;
 
 /** What the route needs of the server. */
 export interface LeakedKeysDependencies {
@@ -33,6 +40,8 @@ export interface LeakedKeysDependencies {
   ): Response;
   /** Takes a report's values, and does nothing with them before the answer is sent. */
   report(values: readonly string[], client: string): void;
+  /** {@linkcode LEAK_ANSWER_MS} unless set; 0 answers at once. */
+  answerAfterMs?: number;
 }
 
 const REPORT_SCHEMA = {
@@ -62,6 +71,7 @@ export function leakedKeysRoute(
   dependencies: LeakedKeysDependencies,
 ): DocumentedRoute {
   const { refuseFailing, report } = dependencies;
+  const answerAfterMs = dependencies.answerAfterMs ?? LEAK_ANSWER_MS;
   return {
     path: LEAKED_PATH,
     auth: "none",
@@ -71,12 +81,20 @@ export function leakedKeysRoute(
         const values = body.ok ? foundValues(body.value) : null;
         // Read first, then the gate: it checks, answers and counts in one
         // step, so requests sent together cannot all pass a lock unseen.
-        return refuseFailing({ client, route: LEAKED_PATH }, () => {
+        let accepted = false;
+        const answer = refuseFailing({ client, route: LEAKED_PATH }, () => {
           if (!body.ok) return invalidBody(body.message);
           if (values === null) return invalidBody(SHAPE);
           report(values, client);
+          accepted = true;
           return json(202, ACCEPTED);
         });
+        // The same wait for every report, never one that ends with the
+        // work: a wait as long as the work would tell a key by its length.
+        if (accepted && answerAfterMs > 0) {
+          await new Promise((resolve) => setTimeout(resolve, answerAfterMs));
+        }
+        return answer;
       },
     },
     contract: {
@@ -91,7 +109,7 @@ export function leakedKeysRoute(
           description:
             `Needs no key: anyone who finds a value that may be a key of this service (in a repository, a paste, a log) sends it here, up to ${MAX_VALUES} values and ${
               MAX_BODY_BYTES / 1024
-            } KiB per request. Each value that is a valid key is marked exposed and, unless the installation chose otherwise, revoked on every server; the administrator sees the report and the sender's address in the audit log, never the value.\n\nThe answer is 202 with the same body whatever the values were, so it cannot tell anyone which values are keys. Every report counts toward the sender's lock-out like a failed key: after a few reports from one address, the answer is 429 until \`Retry-After\` has passed. Send all the values found in one report.`,
+            } KiB per request. Each value that is a valid key is marked exposed and, unless the installation chose otherwise, revoked on every server; the administrator sees the report and the sender's address in the audit log, never the value. The answer comes ${LEAK_ANSWER_MS} ms after the report, whatever it held: by then a reported key is refused by every server that answers.\n\nThe answer is 202 with the same body whatever the values were, so it cannot tell anyone which values are keys. Every report counts toward the sender's lock-out like a failed key: after a few reports from one address, the answer is 429 until \`Retry-After\` has passed. Send all the values found in one report.`,
           requestBody: {
             description: `A JSON list of at most ${MAX_VALUES} strings`,
             name: "LeakedKeyReport",
@@ -107,7 +125,7 @@ export function leakedKeysRoute(
             202: {
               name: "LeakReportAccepted",
               description:
-                "The report was received; the values are looked at after this answer. The same answer whatever they were.",
+                "The report was received and its values were looked at; a valid key among them is refused from now on by every server that answers. The same answer, at the same time, whatever they were.",
               body: {
                 name: "LeakReportAccepted",
                 schema: ACCEPTED_SCHEMA,

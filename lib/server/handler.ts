@@ -43,6 +43,8 @@ export interface HandlerOptions {
   rateLimiter?: RateLimiter;
   /** LEAKED_KEY_ACTION: what a valid key reported as leaked gets; default `revoke`. */
   leakedKeyAction?: LeakedKeyAction;
+  /** When a leak report's 202 is sent (lib/routes/leaked.ts); tests answer at once. */
+  leakAnswerMs?: number;
   /** Hears each outcome of the API-key step and each lock-out (lib/server/figures.ts). */
   counts?: AuthCounts;
 }
@@ -76,6 +78,7 @@ export function createHandler(
     ) => authenticator.refuseFailing(context, "leak_reported", respond),
     report: (values: readonly string[], client: string) =>
       reports.report(values, client),
+    answerAfterMs: options.leakAnswerMs,
   };
   return createRouter(routeTable({ store, leaks, now: options.now }), {
     authenticator,

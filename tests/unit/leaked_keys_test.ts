@@ -33,6 +33,8 @@ async function setup(
     action?: LeakedKeyAction;
     maxFailures?: number;
     store?: (store: KeyStore) => KeyStore;
+    /** At once unless set: most tests look at what follows the answer. */
+    answerAfterMs?: number;
   } = {},
 ) {
   const raw = await openKvStore(":memory:");
@@ -45,6 +47,7 @@ async function setup(
   const handler = createHandler(store, {
     background,
     leakedKeyAction: options.action,
+    leakAnswerMs: options.answerAfterMs ?? 0,
     lockout: new LockoutTracker({
       // Room for every report of a test unless it counts toward a lock.
       maxFailures: options.maxFailures ?? 10_000,
@@ -316,6 +319,21 @@ Deno.test("a key reported with the white space it was found with is revoked, as 
   await t.background.settled();
   assert.equal(await t.connect(t.valid.key), 401);
   assert.equal((await t.store.get(t.other.record.id))?.status, "valid");
+});
+
+Deno.test("with the answer's own wait, the request after the 202 with the reported key gets 401, and a report without a key takes as long", async () => {
+  // A generous wait: the revocation takes milliseconds, however busy the
+  // machine; the wait is the same whatever the report held.
+  await using t = await setup({ answerAfterMs: 1500 });
+  const noise = Array.from({ length: 99 }, () => generateApiKey().key);
+  let started = performance.now();
+  assert.equal((await t.report(noise)).status, 202);
+  const withoutKey = performance.now() - started;
+  started = performance.now();
+  assert.equal((await t.report([...noise, t.valid.key])).status, 202);
+  const withKey = performance.now() - started;
+  assert.equal(await t.connect(t.valid.key), 401);
+  assert.ok(withoutKey >= 1500 && withKey >= 1500, `${withoutKey} ${withKey}`);
 });
 
 Deno.test("with LEAKED_KEY_ACTION=notify a reported key keeps working, marked exposed once however often it is reported", async () => {
