@@ -1,8 +1,8 @@
 /**
  * `POST /api/v1/keys/leaked`: anyone who finds a key where it should not be
  * (a repository, a paste, a log) reports it, with no key of their own. The
- * answer is 202 and the same bytes whatever the values were, given before
- * any of them is looked at, so the route tells nobody which values are keys;
+ * answer is 202 and the same bytes whatever the values were, at the same
+ * time after the report, so the route tells nobody which values are keys;
  * every report counts as a failure toward the sender's lock-out, so it is no
  * faster a way to guess keys than the API-key step. What happens to a valid
  * key is lib/auth/leak_reports.ts's.
