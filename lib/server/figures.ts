@@ -229,11 +229,9 @@ export class Figures implements AuthCounts {
   #roll(): void {
     const slot = Math.floor(this.#now() / SLOT_MS);
     if (slot <= this.#slot) return;
-    if (
-      Math.floor(slot / MINUTE_SLOTS) > Math.floor(this.#slot / MINUTE_SLOTS)
-    ) {
-      const gap = Math.floor(slot / MINUTE_SLOTS) -
-        Math.floor(this.#slot / MINUTE_SLOTS);
+    const gap = Math.floor(slot / MINUTE_SLOTS) -
+      Math.floor(this.#slot / MINUTE_SLOTS);
+    if (gap > 0) {
       for (const key of this.#keys.values()) {
         key.previous = gap === 1 ? key.requests - key.mark : 0;
         key.mark = key.requests;
