@@ -249,15 +249,19 @@ export class WebhookEntries implements WebhookStore {
   async deliveries(
     options: { endpointId?: number } = {},
   ): Promise<Delivery[]> {
+    const { endpointId } = options;
     const all: Delivery[] = [];
-    for await (const { value } of this.#pending()) all.push(value);
+    // Pending ones are keyed by endpoint, so only its own are read; finished
+    // ones are keyed by delivery alone and are filtered.
+    for await (const { value } of this.#pending(endpointId)) all.push(value);
     for await (
       const { value } of this.#kv.list<Delivery>({ prefix: ["webhook_done"] })
-    ) all.push(value);
+    ) {
+      if (endpointId === undefined || value.endpointId === endpointId) {
+        all.push(value);
+      }
+    }
     return all
-      .filter((d) =>
-        options.endpointId === undefined || d.endpointId === options.endpointId
-      )
       .sort((a, b) =>
         b.dueAt.localeCompare(a.dueAt) || b.id.localeCompare(a.id)
       );
