@@ -19,7 +19,7 @@ import {
   startServer,
   tempDir,
 } from "../support/processes.ts";
-import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { freshDatabase, NO_DATABASE, testStore } from "../support/postgres.ts";
 import { until } from "../support/wait.ts";
 
 const ROUTE = "/api/v1/integration/connection";
@@ -115,15 +115,9 @@ for (const onPostgres of [false, true]) {
       using dir = tempDir();
       await using database = onPostgres ? await freshDatabase() : null;
       const path = `${dir.path}/store/keys.db`;
-      const location: StoreLocation = database === null
-        ? { kind: "kv", path }
-        : { kind: "postgres", url: database.url };
-      const env: Record<string, string> = {
-        ...(database === null
-          ? { DENO_KV_PATH: path }
-          : { DATABASE_URL: database.url }),
-        LOCKOUT_MAX_FAILURES: "3",
-      };
+      const store = testStore(database, path);
+      const location = store.location;
+      const env = { ...store.env, LOCKOUT_MAX_FAILURES: "3" };
       const status = new Console(dir.path, env);
       const survivor = await startServer(dir.path, env);
       try {

@@ -15,7 +15,7 @@ import {
   startServer,
   tempDir,
 } from "../support/processes.ts";
-import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { freshDatabase, NO_DATABASE, testStore } from "../support/postgres.ts";
 import { GIVE_UP_MS, until } from "../support/wait.ts";
 import { openStore } from "../../lib/store/open.ts";
 import type { StoreLocation } from "../../lib/store/location.ts";
@@ -260,12 +260,7 @@ for (const onPostgres of [false, true]) {
       using dir = tempDir();
       await using database = onPostgres ? await freshDatabase() : null;
       const path = `${dir.path}/store/keys.db`;
-      const location: StoreLocation = database === null
-        ? { kind: "kv", path }
-        : { kind: "postgres", url: database.url };
-      const env: Record<string, string> = database === null
-        ? { DENO_KV_PATH: path }
-        : { DATABASE_URL: database.url };
+      const { env, location } = testStore(database, path);
       const survivor = await startServer(dir.path, env);
       try {
         const crashed = await startServer(dir.path, env);

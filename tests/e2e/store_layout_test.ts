@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { LAYOUT_VERSION } from "../../lib/store/layout/backend.ts";
 import { LAYOUT } from "../../lib/store/layout/_keys.ts";
 import { keys, runTask, tempDir } from "../support/processes.ts";
-import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
+import { freshDatabase, NO_DATABASE, testStore } from "../support/postgres.ts";
 import { rawEntries } from "../support/raw_entries.ts";
 
 const NEWER =
@@ -23,12 +23,10 @@ for (const postgres of [false, true]) {
     async fn() {
       using dir = tempDir();
       await using database = postgres ? await freshDatabase() : undefined;
-      const env: Record<string, string> = database
-        ? { DATABASE_URL: database.url }
-        : { DENO_KV_PATH: `${dir.path}/keys.db` };
-      const where = database
-        ? { url: database.url }
-        : { path: `${dir.path}/keys.db` };
+      const { env, location: where } = testStore(
+        database,
+        `${dir.path}/keys.db`,
+      );
       const listed = await keys(dir.path, ["list"], env);
       assert.equal(listed.code, 0, listed.stderr);
       {

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { freePort } from "./processes.ts";
+import type { StoreLocation } from "../../lib/store/location.ts";
 
 /** The server the tests create their databases on; unset means skip them. */
 export const TEST_DATABASE_URL: string | undefined =
@@ -21,6 +22,23 @@ export interface TestDatabase extends AsyncDisposable {
   url: string;
   /** Runs one statement on it as the test user, outside any store. */
   query(text: string): Promise<Record<string, unknown>[]>;
+}
+
+/**
+ * The store a test runs on: `database` when given, else the KV file at
+ * `path`; as the tasks' variables and as a location (which rawEntries and
+ * openStore take alike).
+ */
+export function testStore(
+  database: TestDatabase | null | undefined,
+  path: string,
+): { env: Record<string, string>; location: StoreLocation } {
+  return database
+    ? {
+      env: { DATABASE_URL: database.url },
+      location: { kind: "postgres", url: database.url },
+    }
+    : { env: { DENO_KV_PATH: path }, location: { kind: "kv", path } };
 }
 
 /** Creates an empty database on the test server. */
