@@ -7,6 +7,7 @@
  */
 
 import type { Attempt, Delivery } from "../store/webhook_types.ts";
+import { delivered } from "../webhooks/send.ts";
 import type { Context } from "./command.ts";
 import { ConsoleError } from "./errors.ts";
 import { jsonText, report } from "./_output.ts";
@@ -43,9 +44,7 @@ export async function waitForTest(
       { code: "webhook_test_failed" },
     );
   }
-  const ok = attempt.status !== null && attempt.status >= 200 &&
-    attempt.status < 300;
-  if (!ok) {
+  if (!delivered(attempt)) {
     throw new ConsoleError(
       `Endpoint ${queued.endpointId} ${answer(attempt)}; ${fix(attempt)}`,
       { code: "webhook_test_failed" },

@@ -19,6 +19,12 @@ export function payload(event: WebhookEvent): string {
   return JSON.stringify({ type, timestamp, data });
 }
 
+/** Whether a try delivered its event: the receiver answered 2xx. */
+export function delivered(attempt: Attempt): boolean {
+  return attempt.status !== null && attempt.status >= 200 &&
+    attempt.status < 300;
+}
+
 /**
  * Sends `event` to `endpoint` once; never throws. `signal` aborts it (a
  * stop); with `hosts` (WEBHOOK_HOSTS), a URL on no host of it is not sent.

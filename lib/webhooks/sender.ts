@@ -13,7 +13,7 @@ import type { KeyStore } from "../store/types.ts";
 import type { Claim, StoredEndpoint } from "../store/webhook_types.ts";
 import { remindOfExpiry, sweepOutbox } from "./housekeeping.ts";
 import { nextTry } from "./schedule.ts";
-import { sendOnce } from "./send.ts";
+import { delivered, sendOnce } from "./send.ts";
 
 /** The longest an endpoint rests after a failed try before its next due delivery. */
 const REST_MS = 1_000;
@@ -210,8 +210,7 @@ export class WebhookSender {
       signal: this.#stop.signal,
       hosts: this.#hosts,
     });
-    const ok = attempt.status !== null && attempt.status >= 200 &&
-      attempt.status < 300;
+    const ok = delivered(attempt);
     const nowMs = this.#now();
     // A receiver that just failed is most likely down: its other deliveries
     // wait a moment, rather than each be tried back to back against it (a
