@@ -172,9 +172,10 @@ export class ShareLedger {
     // The want is written at once, and again only when it must grow.
     if ((first || held.waiters.size > held.asked) && !held.queued) {
       held.queued = true;
-      this.#serial(() => {
+      this.#serial(async () => {
         held.queued = false;
-        return this.#refresh(counter);
+        await this.#settle(counter, await this.#read(counter));
+        this.#retry(counter);
       }).catch(() => {});
     }
     return promise;
@@ -219,22 +220,20 @@ export class ShareLedger {
     return next;
   }
 
-  async #refresh(counter: number): Promise<void> {
-    const found = await this.#store.get(counter);
-    if (found.record === null) this.#forget(counter);
-    else this.#see(counter, found.record, found.version!, this.#now());
-    await this.#settle(counter, found);
-    this.#retry(counter);
-  }
-
   /** Steps until a commit holds or nothing is to be done; a conflict reads afresh. */
   async #settle(counter: number, found: Found): Promise<void> {
     for (let tries = 0; tries < TRIES; tries++) {
       if (await this.#step(counter, found)) return;
-      found = await this.#store.get(counter);
-      if (found.record === null) this.#forget(counter);
-      else this.#see(counter, found.record, found.version!, this.#now());
+      found = await this.#read(counter);
     }
+  }
+
+  /** `counter`'s record read now, and seen (or forgotten when absent). */
+  async #read(counter: number): Promise<Found> {
+    const found = await this.#store.get(counter);
+    if (found.record === null) this.#forget(counter);
+    else this.#see(counter, found.record, found.version!, this.#now());
+    return found;
   }
 
   /** One decision on a counter's record, one commit at most; false on a conflict. */
