@@ -19,13 +19,6 @@ export interface WebhookConfig {
   expiringDays: number[];
 }
 
-/** The variables, for the permissions and `--help`. */
-export const WEBHOOK_VARIABLES = [
-  "WEBHOOK_HOSTS",
-  "WEBHOOK_RETRY_SECONDS",
-  "WEBHOOK_EXPIRING_DAYS",
-] as const;
-
 /** The webhook settings, or the problem with them, worded for the operator. */
 export function readWebhookConfig(env: EnvReader): WebhookConfig | string {
   const hosts = list(env("WEBHOOK_HOSTS"));
