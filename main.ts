@@ -154,29 +154,27 @@ export async function serve(): Promise<void> {
       log.write({ msg: "listening", address: `unix:${addr.path}`, version });
     } else {
       const scheme = tls ? "https" : "http";
-      const { hostname, port } = addr;
-      const host = hostname.includes(":") ? `[${hostname}]` : hostname;
-      const address = `${scheme}://${host}:${port}`;
+      const address = `${scheme}://${hostPort(addr)}`;
       log.write({ msg: "listening", address, version });
     }
     log.flush();
   };
   const onEvent = (event: Record<string, unknown>) => log.write(event);
+  const timeouts = {
+    headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
+    idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
+  };
   // Before the port is tried below: were it the same one, taken here, the
   // start fails there rather than after registering.
   const metrics = config.metrics &&
     serveMetrics(() => figures.read(), {
       ...config.metrics,
-      limits: {
-        headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
-        idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
-      },
+      limits: timeouts,
       onEvent: (event) => log.write({ ...event, listener: "metrics" }),
-      onListen: ({ hostname, port }) => {
-        const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+      onListen: (addr) => {
         log.write({
           msg: "metrics_listening",
-          address: `http://${host}:${port}/metrics`,
+          address: `http://${hostPort(addr)}/metrics`,
         });
       },
     });
@@ -216,8 +214,7 @@ export async function serve(): Promise<void> {
         reusePort: config.reusePort,
         tls,
         limits: {
-          headerTimeoutMs: config.connections.headerTimeoutSeconds * 1000,
-          idleTimeoutMs: config.connections.idleTimeoutSeconds * 1000,
+          ...timeouts,
           maxConnections: config.connections.maxConnections,
         },
         onListen,
@@ -298,6 +295,13 @@ function stopSignal(first: () => void): Promise<void> & { heard: boolean } {
   Deno.addSignalListener("SIGTERM", listener);
   Deno.addSignalListener("SIGINT", listener);
   return stopping;
+}
+
+/** `host:port` of a listener, an IPv6 host in brackets as a URL has it. */
+function hostPort({ hostname, port }: Deno.NetAddr): string {
+  return hostname.includes(":")
+    ? `[${hostname}]:${port}`
+    : `${hostname}:${port}`;
 }
 
 /** One line for the operator: what failed and what to do about it. */
