@@ -158,7 +158,7 @@ const RUN: Record<Subcommand, (ctx: Context, arg: string) => Promise<void>> = {
       endpointId(id),
       signingKey,
     );
-    deliverSecret(ctx, publicEndpoint(endpoint), secret);
+    deliverSecret(ctx, endpoint, secret);
     report(
       `Webhook endpoint ${endpoint.id} has a new signing secret, printed once, above; deliveries are signed with it from now on, and the old one no longer verifies.`,
     );
