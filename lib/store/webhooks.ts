@@ -17,10 +17,7 @@ export interface Raised {
 
 /** A new event id: time-ordered (so the oldest sorts first), unique by its random part. */
 export function eventId(at: Date): string {
-  const random = crypto.getRandomValues(new Uint8Array(8));
-  const tail = [...random].map((b) => b.toString(16).padStart(2, "0")).join(
-    "",
-  );
+  const tail = crypto.getRandomValues(new Uint8Array(8)).toHex();
   return `msg_${at.getTime().toString(36).padStart(9, "0")}${tail}`;
 }
 
