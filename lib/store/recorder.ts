@@ -6,6 +6,8 @@
  * @module
  */
 
+import { errorCode } from "../util/error_code.ts";
+
 /** Receives one log line as fields. */
 export type LogLine = (fields: Record<string, unknown>) => void;
 
@@ -56,11 +58,4 @@ export abstract class BackgroundRecorder {
     clearInterval(this.#timer);
     await this.flush();
   }
-}
-
-/** An error's code, or its class when it has none: never its message. */
-function errorCode(error: unknown): string {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code === "string") return code;
-  return error instanceof Error ? error.name : typeof error;
 }

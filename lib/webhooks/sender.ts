@@ -14,6 +14,7 @@ import type { Claim, StoredEndpoint } from "../store/webhook_types.ts";
 import { remindOfExpiry, sweepOutbox } from "./housekeeping.ts";
 import { nextTry } from "./schedule.ts";
 import { delivered, sendOnce } from "./send.ts";
+import { errorCode } from "../util/error_code.ts";
 
 /** The longest an endpoint rests after a failed try before its next due delivery. */
 const REST_MS = 1_000;
@@ -131,7 +132,7 @@ export class WebhookSender {
 
   /** Logs a round's failure once, and its recovery, not every second of an outage. */
   #failing(error: unknown): void {
-    const code = error === null ? null : codeOf(error);
+    const code = error === null ? null : errorCode(error);
     if (code === this.#failure) return;
     this.#failure = code;
     this.#log(
@@ -155,7 +156,10 @@ export class WebhookSender {
         endpoints.length > 0,
         new Date(now),
       ).catch((error) =>
-        this.#log({ msg: "webhook_housekeeping_failed", code: codeOf(error) })
+        this.#log({
+          msg: "webhook_housekeeping_failed",
+          code: errorCode(error),
+        })
       ).finally(() => this.#housekeepingRun = null);
     }
     for (const endpoint of endpoints) {
@@ -191,7 +195,7 @@ export class WebhookSender {
     this.#inFlight.set(id, (this.#inFlight.get(id) ?? 0) + 1);
     const sending = this.#send(endpoint, claim)
       .catch((error) =>
-        this.#log({ msg: "webhook_record_failed", code: codeOf(error) })
+        this.#log({ msg: "webhook_record_failed", code: errorCode(error) })
       )
       .finally(() => {
         this.#inFlight.set(id, this.#inFlight.get(id)! - 1);
@@ -264,14 +268,7 @@ export class WebhookSender {
       ms: attempt.ms,
       outcome: ok ? "delivered" : next === null ? "failed" : "retry",
       ...(recorded ? {} : { recorded: false }),
-      ...(failure === null ? {} : { code: codeOf(failure) }),
+      ...(failure === null ? {} : { code: errorCode(failure) }),
     });
   }
-}
-
-/** An error's code or class, never its message. */
-function codeOf(error: unknown): string {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code === "string") return code;
-  return error instanceof Error ? error.name : typeof error;
 }
