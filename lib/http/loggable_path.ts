@@ -13,11 +13,13 @@
  * @module
  */
 
+// Decoded to as many layers as the key check decodes; here each character
+// keeps its raw span.
+import { MAX_LAYERS } from "../util/ascii_escapes.ts";
+
 /** The marker a withheld part is logged as. */
 export const KEY_SHAPED = "[key-shaped]";
 
-/** As lib/util/ascii_escapes.ts decodes; here each character keeps its raw span. */
-const MAX_LAYERS = 8;
 /** A run this long is most of a key: withheld whatever it looks like. */
 const LONG_RUN = 16;
 /** Pieces next to a key-shaped part: withheld from this many characters together. */

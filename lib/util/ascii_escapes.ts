@@ -8,7 +8,7 @@
  */
 
 /** More layers than any honest client sends; each costs a pass over the text. */
-const MAX_LAYERS = 8;
+export const MAX_LAYERS = 8;
 const ASCII_ESCAPE = /%([0-7][0-9A-Fa-f])/g;
 
 /**
