@@ -134,7 +134,7 @@ function labelText(labels: Labels): string {
   return pairs.length === 0 ? "" : `{${pairs.join(",")}}`;
 }
 
-/** Serves `GET /metrics` from `read` on its own guarded listener. */
+/** Serves `GET /metrics` (and HEAD) from `read` on its own guarded listener. */
 export function serveMetrics(
   read: () => FigureReading,
   options: {
@@ -148,10 +148,16 @@ export function serveMetrics(
 ): GuardedServer {
   const { hostname, port, onListen = () => {}, onEvent } = options;
   return serveGuarded((request) => {
-    if (
-      request.method !== "GET" || new URL(request.url).pathname !== "/metrics"
-    ) {
+    if (new URL(request.url).pathname !== "/metrics") {
       return new Response("Not found\n", { status: 404 });
+    }
+    // HEAD as the integrators' routes answer it: a probe's check that the
+    // listener is up. The body is dropped by Deno.serve.
+    if (request.method !== "GET" && request.method !== "HEAD") {
+      return new Response("Method not allowed; use GET\n", {
+        status: 405,
+        headers: { allow: "GET, HEAD" },
+      });
     }
     return new Response(exposition(read()), {
       headers: { "content-type": CONTENT_TYPE },

@@ -17,7 +17,7 @@ import {
   Figures,
   LATENCY_BUCKETS,
 } from "../../lib/server/figures.ts";
-import { exposition } from "../../lib/server/metrics.ts";
+import { exposition, serveMetrics } from "../../lib/server/metrics.ts";
 import { counted } from "../../lib/store/counted.ts";
 import { openStore } from "../../lib/store/open.ts";
 import { countingStore } from "../support/counting_store.ts";
@@ -284,5 +284,37 @@ Deno.test("a timed store times each call to its answer, failed ones too, and so 
     assert.equal(opened.counts().revoke, 1);
   } finally {
     await opened.store.close();
+  }
+});
+
+Deno.test("the metrics listener answers HEAD /metrics as GET without a body, 405 with Allow for another method, 404 elsewhere", async () => {
+  const figures = new Figures({ routes: [ROUTE] });
+  const server = serveMetrics(() => figures.read(), {
+    hostname: "127.0.0.1",
+    port: 0,
+  });
+  try {
+    const { port } = server.addr as Deno.NetAddr;
+    const url = `http://127.0.0.1:${port}/metrics`;
+    const get = await fetch(url);
+    const text = await get.text();
+    assert.equal(get.status, 200);
+    assert.ok(text.includes("# TYPE"), "GET has the exposition");
+    const head = await fetch(url, { method: "HEAD" });
+    assert.equal(head.status, 200);
+    assert.equal(
+      head.headers.get("content-type"),
+      get.headers.get("content-type"),
+    );
+    assert.equal(await head.text(), "");
+    const post = await fetch(url, { method: "POST", body: "x" });
+    await post.body?.cancel();
+    assert.equal(post.status, 405);
+    assert.equal(post.headers.get("allow"), "GET, HEAD");
+    const elsewhere = await fetch(`http://127.0.0.1:${port}/metrics/x`);
+    await elsewhere.body?.cancel();
+    assert.equal(elsewhere.status, 404);
+  } finally {
+    await server.shutdown();
   }
 });
