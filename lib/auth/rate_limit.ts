@@ -12,18 +12,21 @@
  * Memory stays within a budget in bytes for all keys. Shares across
  * servers: docs/design.md ("Rate limits").
  *
+ * A key of a rotation line also counts on its line's counter
+ * ({@linkcode lineCounter}, limit 2L): a request is accepted only if both
+ * have room, and counted on both or neither. A line's counter starts from
+ * its first key's own log here, and that key's requests feed it from then
+ * on even when they come with a record that predates the rotation.
+ *
  * @module
  */
 
-import {
-  isRateLimit,
-  RATE_MAX_COUNT,
-  RATE_MAX_WINDOW_SECONDS,
-} from "../store/rate_limits.ts";
+import { isRateLimit, RATE_MAX_COUNT } from "../store/rate_limits.ts";
 import type { RateLimit } from "../store/types.ts";
 
 export type { RateLimit };
 export { isRateLimit, RATE_MAX_COUNT };
+export { formatRate, parseRate, RateSyntaxError } from "./rate_syntax.ts";
 
 /** What {@linkcode RateLimiter.take} decided, with what the headers say. */
 export interface RateDecision {
@@ -33,6 +36,38 @@ export interface RateDecision {
   /** Until the oldest counted request leaves the window (0: none counted). */
   resetSeconds: number;
   retryAfterSeconds: number;
+  /**
+   * Given by a key of a rotation line: whether it was refused by the line's
+   * count alone (its own had room), so the line is what to wait on.
+   */
+  lineFull?: boolean;
+}
+
+/** A key's line, for {@linkcode RateLimiter.take}: its first key, and this server's share of 2L. */
+export interface LineTake {
+  root: number;
+  share: number;
+  scale?: number;
+}
+
+/**
+ * The counter of the rotation line whose first key is `root`: negative,
+ * so that it is no key's own (ids start at 1).
+ */
+export function lineCounter(root: number): number {
+  return -root;
+}
+
+const LINE_LIMITS = new WeakMap<RateLimit, RateLimit>();
+
+/** A line's limit for keys of limit `limit`: twice the count, the same window (one object per limit). */
+export function lineLimit(limit: RateLimit): RateLimit {
+  let line = LINE_LIMITS.get(limit);
+  if (line === undefined) {
+    line = { count: 2 * limit.count, windowSeconds: limit.windowSeconds };
+    LINE_LIMITS.set(limit, line);
+  }
+  return line;
 }
 
 export interface RateLimiterOptions {
@@ -49,74 +84,6 @@ const KEY_BYTES = 600;
 /** An entry's bytes: its time and its count. */
 const ENTRY_BYTES = 12;
 
-const UNITS: Record<string, number> = {
-  s: 1,
-  sec: 1,
-  second: 1,
-  m: 60,
-  min: 60,
-  minute: 60,
-  h: 3600,
-  hour: 3600,
-  d: 86_400,
-  day: 86_400,
-};
-
-/** `600/min`, `100/10s`, `50000/day`…; `none` is null; else throws, so a typo is never "no limit". */
-export function parseRate(text: string): RateLimit | null {
-  const trimmed = text.trim().toLowerCase();
-  if (trimmed === "none") return null;
-  // A count of 0 is read, to be refused as out of range rather than as no rate.
-  const match = /^(0+|[1-9][0-9]*)\/([1-9][0-9]{0,5})?([a-z]+)$/.exec(
-    trimmed,
-  );
-  const seconds = match ? UNITS[match[3]] : undefined;
-  if (match === null || seconds === undefined) {
-    throw new RateSyntaxError("rate_syntax", text);
-  }
-  const windowSeconds = seconds * Number(match[2] ?? 1);
-  if (windowSeconds > RATE_MAX_WINDOW_SECONDS) {
-    throw new RateSyntaxError("rate_syntax", text);
-  }
-  const count = Number(match[1]);
-  if (count < 1) throw new RateSyntaxError("invalid_rateLimit", text);
-  if (count > RATE_MAX_COUNT) throw new RateSyntaxError("rate_too_large", text);
-  return { count, windowSeconds };
-}
-
-/** `600/min`: the unit the window was written in, or seconds. */
-export function formatRate(limit: RateLimit): string {
-  const unit = WRITTEN[limit.windowSeconds];
-  return unit === undefined
-    ? `${limit.count}/${limit.windowSeconds}s`
-    : `${limit.count}/${unit}`;
-}
-
-const WRITTEN: Record<number, string> = {
-  1: "s",
-  60: "min",
-  3600: "h",
-  86_400: "day",
-};
-
-/** A rate the console or the configuration could not read. */
-export class RateSyntaxError extends Error {
-  /** `invalid_rateLimit` (a count of 0) is the store's code for a limit out of range. */
-  readonly code: "rate_syntax" | "rate_too_large" | "invalid_rateLimit";
-  constructor(code: RateSyntaxError["code"], text: string) {
-    const rate = `Rate '${text.slice(0, 40)}'`;
-    super(
-      code === "rate_syntax"
-        ? `${rate} is not a rate; write COUNT/UNIT such as 600/min, 10/s, 100/10s, 1000/h or 50000/day (a window of at most a day), or none`
-        : code === "rate_too_large"
-        ? `${rate} allows more than ${RATE_MAX_COUNT} requests; write a smaller count, or none for no limit`
-        : `${rate} allows no requests; the count must be 1 to ${RATE_MAX_COUNT}, such as 600/min, or none for no limit`,
-    );
-    this.name = "RateSyntaxError";
-    this.code = code;
-  }
-}
-
 interface Counter {
   /** The window of the last request. */
   windowMs: number;
@@ -128,6 +95,12 @@ interface Counter {
   total: number;
   /** When the key last moved to the back of the eviction order. */
   moved: number;
+  /** On a line's first key: the line's counter, fed by every request it accepts. */
+  line: Counter | undefined;
+  /** The share last taken with; what a request fed through `line` meets. */
+  share: number;
+  /** On a line's counter: the line's first key (0 on a key's own). */
+  root: number;
 }
 
 const NO_TIMES = new Float64Array(0);
@@ -162,10 +135,85 @@ export class RateLimiter {
   take(
     keyId: number,
     limit: RateLimit,
-    options: { share: number; scale?: number },
+    options: { share: number; scale?: number; line?: LineTake },
   ): RateDecision {
     const now = this.#now();
     const windowMs = limit.windowSeconds * 1000;
+    const counter = this.#counter(keyId, windowMs, now);
+    const share = Math.max(0, Math.floor(options.share));
+    const scale = options.scale ?? 1;
+    // Undefined for a key never rotated: one counter, as before lines.
+    const line = options.line === undefined
+      ? counter.line
+      : this.#line(options.line, windowMs, now);
+    if (line !== undefined) {
+      return this.#takeBoth(keyId, { counter, share, scale }, {
+        line,
+        lineShare: options.line === undefined
+          ? line.share
+          : Math.max(0, Math.floor(options.line.share)),
+        lineScale: options.line?.scale ?? scale,
+        now,
+      });
+    }
+    counter.share = share;
+    const ok = counter.total < share;
+    if (ok) {
+      this.#count(keyId, counter, now, Math.ceil(share / this.#exactShare));
+    }
+    return {
+      ok,
+      remaining: Math.max(0, share - counter.total) * scale,
+      resetSeconds: this.#resetSeconds(counter, now),
+      retryAfterSeconds: ok
+        ? 0
+        : Math.max(1, Math.ceil(this.#freedMs(counter, now, share) / 1000)),
+    };
+  }
+
+  /** A line key's request: accepted only if both counters have room, counted on both or neither. */
+  #takeBoth(
+    keyId: number,
+    own: { counter: Counter; share: number; scale: number },
+    options: {
+      line: Counter;
+      lineShare: number;
+      lineScale: number;
+      now: number;
+    },
+  ): RateDecision {
+    const { counter, share, scale } = own;
+    const { line, lineShare, lineScale, now } = options;
+    const lineId = lineCounter(line.root);
+    counter.share = share;
+    line.share = lineShare;
+    const keyRoom = counter.total < share;
+    const lineRoom = line.total < lineShare;
+    const ok = keyRoom && lineRoom;
+    if (ok) {
+      this.#count(keyId, counter, now, Math.ceil(share / this.#exactShare));
+      const group = Math.ceil(lineShare / this.#exactShare);
+      this.#count(lineId, line, now, group);
+    }
+    const keyLeft = Math.max(0, share - counter.total) * scale;
+    const lineLeft = Math.max(0, lineShare - line.total) * lineScale;
+    // What binds the key: its own count, or the line's when that has less.
+    const binding = lineLeft < keyLeft ? line : counter;
+    const keyWait = keyRoom ? 0 : this.#freedMs(counter, now, share);
+    const lineWait = lineRoom ? 0 : this.#freedMs(line, now, lineShare);
+    return {
+      ok,
+      remaining: Math.min(keyLeft, lineLeft),
+      resetSeconds: this.#resetSeconds(binding, now),
+      retryAfterSeconds: ok
+        ? 0
+        : Math.max(1, Math.ceil(Math.max(keyWait, lineWait) / 1000)),
+      lineFull: keyRoom && !lineRoom,
+    };
+  }
+
+  /** `keyId`'s counter, made if new, pruned to the window ending now. */
+  #counter(keyId: number, windowMs: number, now: number): Counter {
     let counter = this.#counters.get(keyId);
     if (counter === undefined) {
       this.#makeRoom(KEY_BYTES, now);
@@ -177,6 +225,11 @@ export class RateLimiter {
         length: 0,
         total: 0,
         moved: now,
+        // A line made from this key before its counter (dropped, or never
+        // made here) still hears of its requests.
+        line: keyId > 0 ? this.#counters.get(lineCounter(keyId)) : undefined,
+        share: 0,
+        root: 0,
       };
       this.#counters.set(keyId, counter);
       this.#bytes += KEY_BYTES;
@@ -193,22 +246,37 @@ export class RateLimiter {
     // is compared with them, from this request on.
     counter.windowMs = windowMs;
     this.#prune(counter, now);
-    const share = Math.max(0, Math.floor(options.share));
-    const ok = counter.total < share;
-    if (ok) {
-      this.#count(keyId, counter, now, Math.ceil(share / this.#exactShare));
+    return counter;
+  }
+
+  /**
+   * The counter of the line of `take.root`. Made, it starts from the first
+   * key's own log here (its requests before the rotation are the line's
+   * too), and the first key's counter feeds it from then on.
+   */
+  #line(take: LineTake, windowMs: number, now: number): Counter {
+    const id = lineCounter(take.root);
+    const known = this.#counters.has(id);
+    const line = this.#counter(id, windowMs, now);
+    if (known) return line;
+    line.root = take.root;
+    const first = this.#counters.get(take.root);
+    if (first === undefined) return line;
+    this.#prune(first, now);
+    first.line = line;
+    while (line.times.length < first.length) this.#grow(id, line, now);
+    for (let i = 0; i < first.length; i++) {
+      const at = (first.head + i) & (first.times.length - 1);
+      this.#append(id, line, first.times[at], first.counts[at]);
+      line.total += first.counts[at];
     }
-    const scale = options.scale ?? 1;
-    return {
-      ok,
-      remaining: Math.max(0, share - counter.total) * scale,
-      resetSeconds: counter.length === 0
-        ? 0
-        : Math.ceil((counter.times[counter.head] + windowMs - now) / 1000),
-      retryAfterSeconds: ok
-        ? 0
-        : Math.max(1, Math.ceil(this.#freedMs(counter, now, share) / 1000)),
-    };
+    return line;
+  }
+
+  #resetSeconds(counter: Counter, now: number): number {
+    return counter.length === 0 ? 0 : Math.ceil(
+      (counter.times[counter.head] + counter.windowMs - now) / 1000,
+    );
   }
 
   /**
@@ -221,6 +289,15 @@ export class RateLimiter {
     if (counter === undefined) return 0;
     this.#prune(counter, this.#now());
     return counter.total;
+  }
+
+  /** Milliseconds until `keyId` has room under `share` (0: room now). */
+  freesInMs(keyId: number, share: number): number {
+    const counter = this.#counters.get(keyId);
+    if (counter === undefined) return 0;
+    const now = this.#now();
+    this.#prune(counter, now);
+    return counter.total < share ? 0 : this.#freedMs(counter, now, share);
   }
 
   /** Drops the entries that have left the window. */
@@ -237,20 +314,24 @@ export class RateLimiter {
   /** Logs one accepted request, in the newest entry while it holds < `group`. */
   #count(keyId: number, counter: Counter, now: number, group: number): void {
     counter.total++;
-    let mask = counter.times.length - 1;
+    const mask = counter.times.length - 1;
     const newest = (counter.head + counter.length - 1) & mask;
     if (counter.length > 0 && counter.counts[newest] < group) {
       counter.counts[newest]++;
       counter.times[newest] = now;
       return;
     }
+    this.#append(keyId, counter, now, 1);
+  }
+
+  /** A new newest entry of `count` requests at `at`, the ring grown when full. */
+  #append(keyId: number, counter: Counter, at: number, count: number): void {
     if (counter.length === counter.times.length) {
-      this.#grow(keyId, counter, now);
-      mask = counter.times.length - 1;
+      this.#grow(keyId, counter, at);
     }
-    const at = (counter.head + counter.length) & mask;
-    counter.times[at] = now;
-    counter.counts[at] = 1;
+    const slot = (counter.head + counter.length) & (counter.times.length - 1);
+    counter.times[slot] = at;
+    counter.counts[slot] = count;
     counter.length++;
   }
 
@@ -311,6 +392,10 @@ export class RateLimiter {
 
   #drop(id: number, counter: Counter): void {
     this.#counters.delete(id);
+    // A line's first key stops feeding it: a line made again starts afresh
+    // from that key's log.
+    const first = counter.root > 0 ? this.#counters.get(counter.root) : null;
+    if (first?.line === counter) first.line = undefined;
     this.#bytes -= KEY_BYTES + counter.times.length * ENTRY_BYTES;
   }
 }

@@ -3,8 +3,10 @@
  * (lib/auth/key_lookup.ts); (2) a key used from outside its `allowFrom` fails
  * as an invalid one (same 401, counted), logged and noted; (3) a failure meets
  * the lock-out: 429 while locked, else counted and 401; (4) a rate-limited key
- * takes one request from this server's share; past it, it waits briefly for
- * another server to lend room, then 429 `rate_limited`, not counted; (5) a success is noted and the record handed to the route, which
+ * takes one request from this server's share of its limit, and a key of a
+ * rotation line from its line's as well (2L); past either, it waits briefly
+ * for another server to lend room, then 429 `rate_limited`, not counted;
+ * (5) a success is noted and the record handed to the route, which
  * never sees a key that was not valid when checked. The lock-out comes after
  * the key, answering only requests that fail anyway: no lock (earned, shared
  * with a network, or false under a flood) ever refuses a valid key;
@@ -28,6 +30,8 @@ import {
 } from "../auth/lockout.ts";
 import { Retirements } from "../auth/retirement.ts";
 import {
+  lineCounter,
+  lineLimit,
   type RateDecision,
   type RateLimit,
   RateLimiter,
@@ -37,7 +41,7 @@ import type { ShareLedger } from "../auth/share_ledger.ts";
 import { rateLimitHeaders } from "./rate_limit_headers.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
-import { counterOf } from "../store/records.ts";
+import { lineRoot } from "../store/records.ts";
 import type { BackgroundWrites } from "../util/background.ts";
 import {
   type AuthCounts,
@@ -170,25 +174,58 @@ export function createAuthenticator(
     const limit = record.rateLimit;
     if (limit === null) return admit(record, { client, route });
     // After every check of the key: only a valid key's request counts.
-    // A rotation's two keys count apart, or whoever holds the old (often
-    // leaked) key could keep the new one refused; a line of rotations
-    // shares two counts (counterOf), so never more than twice its limit.
-    const counter = counterOf(record);
-    const decision = limiter.take(counter, limit, place(limit, counter));
+    const root = lineRoot(record);
+    const decision = take(record.id, limit, root);
     if (decision.ok || shares === undefined) {
       return rated(record, { client, route }, decision);
     }
-    // Past this server's share: held while another server may lend it
-    // room (lib/auth/share_ledger.ts), refused only once none did.
-    let last = decision;
-    const retry = () =>
-      (last = limiter.take(counter, limit, place(limit, counter))).ok;
-    // Tried once more at the end: the window may have let one go since the
-    // last poll, and the refusal's Retry-After is counted from now.
-    return shares.wait(counter, limit, retry).then((accepted) => {
-      if (!accepted) retry();
-      return rated(record, { client, route }, last);
+    return held(record, { client, route }, { root, decision });
+  }
+
+  /**
+   * One request of key `id` against its own count and, for a key of a
+   * rotation line, its line's (first key `root`, 2L). A rotation's two keys
+   * count apart, or whoever holds the old (often leaked) key could keep the
+   * new one refused; the line count keeps the line within 2L.
+   */
+  function take(
+    id: number,
+    limit: RateLimit,
+    root: number | null,
+  ): RateDecision {
+    if (root === null) return limiter.take(id, limit, place(limit, id));
+    const line = lineLimit(limit);
+    return limiter.take(id, limit, {
+      ...place(limit, id),
+      line: { root, ...place(line, lineCounter(root)) },
     });
+  }
+
+  /**
+   * A request past this server's share of its key's count or its line's:
+   * held while another server may lend that counter room
+   * (lib/auth/share_ledger.ts), each counter once, refused only once none did.
+   */
+  async function held(
+    record: KeyRecord,
+    { client, route }: { client: string; route: string },
+    { root, decision }: { root: number | null; decision: RateDecision },
+  ): Promise<AuthDecision> {
+    const limit = record.rateLimit!;
+    let last = decision;
+    const retry = () => (last = take(record.id, limit, root)).ok;
+    const waited = new Set<number>();
+    while (!last.ok) {
+      const line = root !== null && last.lineFull === true;
+      const counter = line ? lineCounter(root) : record.id;
+      if (waited.has(counter)) break;
+      waited.add(counter);
+      const counted = line ? lineLimit(limit) : limit;
+      // Tried once more at the end: the window may have let one go since
+      // the last poll, and the refusal's Retry-After is counted from now.
+      if (!await shares!.wait(counter, counted, retry)) retry();
+    }
+    return rated(record, { client, route }, last);
   }
 
   /** This server's share of a limit, and the servers it is one of. */

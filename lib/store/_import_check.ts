@@ -254,9 +254,12 @@ export class ImportChecker {
    * The checks that need every record, once the last is in: a key that
    * retires another at its first use must be that key's replacement, or
    * its first use would revoke a key no rotation linked to it; a key was
-   * rotated from a key of the import; and a key shares the rate-limit
-   * count of a key of its own rotation line only, one it was rotated from
-   * however far back, or two unrelated keys would use up one limit.
+   * rotated from a key of the import; and a key's `rateCounter` names a key
+   * of its own rotation line no later than itself, or two unrelated keys
+   * would use up one line's count. A rotation now writes the line's first
+   * key; 1.1 wrote an earlier key of the line (its predecessor's
+   * predecessor's count), which imports too, and whose line counts as
+   * written until its next rotation names the first key.
    */
   finish(): void {
     for (const { id, retires } of this.#retires) {

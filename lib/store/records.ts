@@ -221,23 +221,27 @@ export function rotation(
 ): { created: KeyRecord; old: KeyRecord } {
   // The replacement is the same installation's key: neither its network
   // restriction (often rotated after a leak, when it matters most) nor its
-  // rate limit, which a rotation must not evade, may fall away. It counts with
-  // the key `current` replaced, retired by now, so the line's two live keys
-  // never share a count (whoever holds the old one cannot use up the new
-  // one's) and the line never has more than two.
-  const { predecessor } = options;
+  // rate limit, which a rotation must not evade, may fall away. It names
+  // the line's first key, so that every live key of the line takes from one
+  // line count of 2L besides its own (lineRoot).
+  const root = firstOfLine(current, options.predecessor);
   const created = {
     ...fresh,
     allowFrom: current.allowFrom,
     rateLimit: current.rateLimit,
     rotatedFrom: current.id,
-    rateCounter: predecessor === null ? null : counterOf(predecessor),
+    rateCounter: root,
+  };
+  // A 1.1 record's count (its predecessor's predecessor's) is put right.
+  const named = current.rateCounter === null ? current : {
+    ...current,
+    rateCounter: root,
   };
   const until = options.overlapUntil;
   if (until === undefined) {
     const reason = `rotated: replaced by key ${fresh.id}`;
     // The link both ways, so that an import can check a line's links.
-    const old = revokedRecord(current, options.at, reason);
+    const old = revokedRecord(named, options.at, reason);
     return { created, old: { ...old, replacedBy: fresh.id } };
   }
   // Valid through the overlap, or until its own lifetime ends if sooner.
@@ -246,15 +250,43 @@ export function rotation(
     : current.expiresAt;
   return {
     created: { ...created, retires: options.untilFirstUse ? current.id : null },
-    old: { ...current, expiresAt, replacedBy: fresh.id },
+    old: { ...named, expiresAt, replacedBy: fresh.id },
   };
 }
 
-/** The rate-limit count key `record` takes from: its own, or the one it shares. */
-export function counterOf(
-  record: Pick<KeyRecord, "id" | "rateCounter">,
+/**
+ * The first key of `record`'s rotation line, whose line count it takes from
+ * besides its own; null for a key never rotated (its own count only). A
+ * record of 1.1 may name its predecessor's predecessor's count instead, and
+ * its first replacement names none (it was rotated from the first key).
+ */
+export function lineRoot(
+  record: Pick<KeyRecord, "id" | "rateCounter" | "rotatedFrom" | "replacedBy">,
+): number | null {
+  if (record.rateCounter !== null) return record.rateCounter;
+  if (record.rotatedFrom !== null) return record.rotatedFrom;
+  return record.replacedBy === null ? null : record.id;
+}
+
+/**
+ * The first key of the line that `current` (rotated from `predecessor`)
+ * belongs to: the lowest id of those the two records link to, as ids grow
+ * along a line. Exact for lines written by 1.1 too, whose keys alternate
+ * between the first key and the second as their count.
+ */
+function firstOfLine(
+  current: KeyRecord,
+  predecessor: KeyRecord | null,
 ): number {
-  return record.rateCounter ?? record.id;
+  let first = current.id;
+  for (
+    const id of [
+      current.rotatedFrom,
+      current.rateCounter,
+      predecessor?.rateCounter ?? null,
+    ]
+  ) if (id !== null && id < first) first = id;
+  return first;
 }
 
 /**
@@ -276,7 +308,7 @@ export function overlappedPredecessor(
 export function publicRecord(
   record: KeyRecord,
 ): Omit<KeyRecord, "hash" | "rateCounter"> {
-  // The rate-limit count a key shares is bookkeeping, kept by exports only.
+  // The line a key counts with is bookkeeping, kept by exports only.
   const { hash: _hash, rateCounter: _counter, ...rest } = record;
   return rest;
 }

@@ -55,10 +55,12 @@ export interface KeyRecord {
   /** On a key made by a rotation: the id of the key it replaced. */
   rotatedFrom: number | null;
   /**
-   * The key whose rate-limit count this one shares; null: its own. A
-   * replacement counts with its predecessor's predecessor, so a rotated line
-   * uses two counts however long, and is accepted at most twice its limit in
-   * any window.
+   * On a key of a rotation line: the line's first key, whose line count
+   * (twice the limit) every key of the line takes from besides its own, so
+   * a line is accepted at most twice its limit in any window (`lineRoot`).
+   * Null on a key never rotated, and on the first key. Written by 1.1 it
+   * named the predecessor's predecessor's count (null on the first
+   * replacement): always a key of the same line, no later than this one.
    */
   rateCounter: number | null;
   /** Canonical CIDR ranges the key may be used from; null: anywhere. Cached with the record. */

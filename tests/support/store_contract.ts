@@ -15,7 +15,7 @@ import {
   KeyNotFoundError,
   StoreInputError,
 } from "../../lib/store/errors.ts";
-import { counterOf, newRecord } from "../../lib/store/records.ts";
+import { lineRoot, newRecord } from "../../lib/store/records.ts";
 import type { ExportItem, KeyRecord, KeyStore } from "../../lib/store/types.ts";
 
 /** Opens an empty store; disposing it closes and removes it. */
@@ -702,7 +702,7 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     ]);
   });
 
-  test("rotate() of a key whose predecessor is still in its overlap revokes the predecessor in the same change, and the line keeps two counts", async (store) => {
+  test("rotate() of a key whose predecessor is still in its overlap revokes the predecessor in the same change, and every key of the line names the line's first key", async (store) => {
     const a = await store.create(
       { ...input("a"), rateLimit: { count: 5, windowSeconds: 60 } },
       { actor: ACTOR },
@@ -718,7 +718,8 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     const third = await store.rotate(c.id, generateApiKey(), overlap);
     const d = third.created;
     assert.equal(third.retired?.id, b.id);
-    // What the request path reads: two keys of the line work, on two counts.
+    // What the request path reads: two keys of the line work, each on its
+    // own count and on the line's, that of the first key.
     const line = await Promise.all(
       [a, b, c, d].map(async (key) =>
         (await store.findByHashAt(key.hash)).record!
@@ -730,7 +731,13 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       "valid",
       "valid",
     ]);
-    assert.deepEqual(line.map(counterOf), [a.id, b.id, a.id, b.id]);
+    assert.deepEqual(line.map(lineRoot), [a.id, a.id, a.id, a.id]);
+    assert.deepEqual(line.map((record) => record.rateCounter), [
+      null,
+      a.id,
+      a.id,
+      a.id,
+    ]);
     assert.match(line[0].revokedReason ?? "", new RegExp(`key ${b.id}\\b`));
     const revokes = (await collect(store.audit()))
       .filter((entry) => entry.action === "revoke")
@@ -1449,8 +1456,8 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     const keys = items.flatMap((item) =>
       item.type === "key" ? [item.record] : []
     );
-    // a, other, then b, c and d rotated from a, b and c: two counts, a's and b's.
-    assert.deepEqual(keys.map(counterOf), [1, 2, 3, 1, 3]);
+    // a, other, then b, c and d rotated from a, b and c: all of a's line.
+    assert.deepEqual(keys.map(lineRoot), [1, null, 1, 1, 1]);
     await using target = await open();
     await target.importAll(
       (async function* () {
@@ -1459,8 +1466,8 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       { actor: ACTOR },
     );
     assert.deepEqual(
-      (await collect(target.list({ includeRevoked: true }))).map(counterOf),
-      [1, 2, 3, 1, 3],
+      (await collect(target.list({ includeRevoked: true }))).map(lineRoot),
+      [1, null, 1, 1, 1],
     );
     const changed = (id: number, fields: Partial<KeyRecord>) =>
       keys.map((k) => k.id === id ? { ...k, ...fields } : k);
@@ -1520,5 +1527,55 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
       );
       assert.deepEqual(await collect(empty.exportAll()), [], what);
     }
+  });
+
+  test("importAll() takes a line written by 1.1, whose keys alternate between two counts, and its next rotation names the line's first key on both live keys", async (store) => {
+    const a = await store.create(
+      { ...input("a"), rateLimit: { count: 5, windowSeconds: 60 } },
+      { actor: ACTOR },
+    );
+    const overlap = {
+      actor: ACTOR,
+      overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+    };
+    let last = a;
+    for (let i = 0; i < 3; i++) {
+      last = (await store.rotate(last.id, generateApiKey(), overlap)).created;
+    }
+    // What 1.1 wrote for a, b, c, d: none, none, a's count, b's count.
+    const written11 = [null, null, 1, 2];
+    const items = (await collect(store.exportAll())).map((item) =>
+      item.type === "key"
+        ? {
+          ...item,
+          record: {
+            ...item.record,
+            rateCounter: written11[item.record.id - 1],
+          },
+        }
+        : item
+    );
+    await using target = await open();
+    await target.importAll(
+      (async function* () {
+        yield* items;
+      })(),
+      { actor: ACTOR },
+    );
+    const d = (await target.get(4))!;
+    assert.equal(d.rateCounter, 2);
+    assert.equal(d.status, "valid");
+    const { created, retired } = await target.rotate(
+      d.id,
+      generateApiKey(),
+      overlap,
+    );
+    assert.equal(retired?.id, 3);
+    const live = await Promise.all(
+      [d.id, created.id].map(async (id) => (await target.get(id))!),
+    );
+    assert.deepEqual(live.map((record) => record.status), ["valid", "valid"]);
+    assert.deepEqual(live.map((record) => record.rateCounter), [1, 1]);
+    assert.deepEqual(live.map(lineRoot), [1, 1]);
   });
 }

@@ -7,7 +7,10 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { generateApiKey, hashApiKey } from "../../lib/auth/api_key.ts";
-import { createAuthenticator } from "../../lib/http/authenticate.ts";
+import {
+  type Authenticator,
+  createAuthenticator,
+} from "../../lib/http/authenticate.ts";
 import { createRouter } from "../../lib/http/router.ts";
 import { LockoutTracker } from "../../lib/auth/lockout.ts";
 import { RateLimiter } from "../../lib/auth/rate_limit.ts";
@@ -44,23 +47,23 @@ async function setup(
         shareOf(l, { rank: peers.rank, count: peers.count, keyId: id }),
     },
   });
-  const handler = createRouter([{
-    path: ROUTE,
-    auth: "api_key",
-    methods: { GET: () => Response.json({ ok: true }) },
-  }], { authenticator });
   await counting.settled();
-  const call = (apiKey: string) =>
-    handler(
-      new Request(`http://localhost${ROUTE}`, {
-        headers: { "X-API-Key": apiKey },
-      }),
-      INFO,
-    );
+  const call = caller(authenticator);
   return {
     counting,
     clock,
     call,
+    /** Another server over the same store and clock, with its own counts. */
+    server(place: { count: number; rank: number }) {
+      return caller(createAuthenticator(counting.store, {
+        rateLimiter: new RateLimiter({ now: () => clock.ms }),
+        peers: {
+          count: place.count,
+          share: (l: RateLimit, id: number) =>
+            shareOf(l, { ...place, keyId: id }),
+        },
+      }));
+    },
     key,
     record,
     async [Symbol.asyncDispose]() {
@@ -68,6 +71,22 @@ async function setup(
       await counting[Symbol.asyncDispose]();
     },
   };
+}
+
+/** A router's answer to a request with `apiKey`, through `authenticator`. */
+function caller(authenticator: Authenticator) {
+  const handler = createRouter([{
+    path: ROUTE,
+    auth: "api_key",
+    methods: { GET: () => Response.json({ ok: true }) },
+  }], { authenticator });
+  return (apiKey: string) =>
+    handler(
+      new Request(`http://localhost${ROUTE}`, {
+        headers: { "X-API-Key": apiKey },
+      }),
+      INFO,
+    );
 }
 
 Deno.test("a key with a limit gets its RateLimit fields on every 200, then 429 rate_limited with Retry-After at the limit", async () => {
@@ -193,8 +212,9 @@ Deno.test("during a rotation's overlap, the old key's holder using up its budget
   assert.deepEqual(await statuses(t.key, 1), [401]);
 });
 
-Deno.test("a line of chained rotations is never accepted more than twice its limit in any window, however its keys are used (property)", async () => {
+Deno.test("a line of chained rotations is never accepted more than twice its limit in any window, and a request is refused only when its key's count is at its limit or the line's at twice it, on 1 to 3 servers (property)", async () => {
   const LIMIT = { count: 5, windowSeconds: 60 };
+  const W = LIMIT.windowSeconds * 1000;
   // Calls mostly, with the newest keys likelier: what uses up a budget.
   const step = fc.oneof(
     {
@@ -210,6 +230,7 @@ Deno.test("a line of chained rotations is never accepted more than twice its lim
       arbitrary: fc.record({
         kind: fc.constant("call" as const),
         back: fc.nat(1),
+        server: fc.nat(2),
       }),
     },
     {
@@ -222,11 +243,19 @@ Deno.test("a line of chained rotations is never accepted more than twice its lim
   );
   await fc.assert(
     fc.asyncProperty(
+      fc.integer({ min: 1, max: 3 }),
       fc.array(step, { minLength: 30, maxLength: 80 }),
-      async (steps) => {
+      async (servers, steps) => {
         await using t = await setup(LIMIT);
+        const root = t.record.id;
+        const calls = Array.from(
+          { length: servers },
+          (_, rank) =>
+            servers === 1 ? t.call : t.server({ count: servers, rank }),
+        );
         const line = [{ key: t.key, id: t.record.id }];
-        const accepted: number[] = [];
+        // Accepted requests: when, of which key, on which server.
+        const accepted: { at: number; id: number; server: number }[] = [];
         for (const s of steps) {
           if (s.kind === "wait") t.clock.ms += s.ms;
           else if (s.kind === "rotate") {
@@ -244,16 +273,44 @@ Deno.test("a line of chained rotations is never accepted more than twice its lim
             );
             line.push({ key: fresh.key, id: created.id });
           } else {
-            const { key } = line[Math.max(0, line.length - 1 - s.back)];
-            const response = await t.call(key);
+            const { key, id } = line[Math.max(0, line.length - 1 - s.back)];
+            const server = s.server % servers;
+            const response = await calls[server](key);
             await response.body?.cancel();
-            if (response.status === 200) accepted.push(t.clock.ms);
+            // A retired key's 401, or the lock-out's 429 once those add up
+            // (only a key's limit answers with its RateLimit fields).
+            if (!response.headers.has("ratelimit-policy")) continue;
+            // The exact rule, on this server's even shares of L and 2L: the
+            // requests it accepted in the window ending now, of this key and
+            // of the whole line (the first key's before its rotation too).
+            const now = t.clock.ms;
+            const here = accepted.filter((a) =>
+              a.server === server && a.at > now - W
+            );
+            const place = { rank: server, count: servers };
+            const own = shareOf(LIMIT, { ...place, keyId: id });
+            const ofLine = shareOf({ count: 2 * LIMIT.count }, {
+              ...place,
+              keyId: -root,
+            });
+            const allowed = here.filter((a) => a.id === id).length < own &&
+              (line.length === 1 || here.length < ofLine);
+            assert.equal(
+              response.status,
+              allowed ? 200 : 429,
+              `key ${
+                line.findIndex((k) => k.id === id)
+              } of ${line.length} on server ${server} of ${servers}: ${
+                here.filter((a) => a.id === id).length
+              } of its own and ${here.length} of the line in the window`,
+            );
+            if (response.status === 200) accepted.push({ at: now, id, server });
           }
         }
-        // Every window of 60 s ending at an accepted request.
-        for (const end of accepted) {
-          const inWindow = accepted.filter((at) =>
-            at > end - 60_000 && at <= end
+        // Every window of 60 s ending at an accepted request, all servers.
+        for (const { at: end } of accepted) {
+          const inWindow = accepted.filter(({ at }) =>
+            at > end - W && at <= end
           );
           assert.ok(
             inWindow.length <= 2 * LIMIT.count,
@@ -285,10 +342,45 @@ Deno.test("three chained rotations with an overlap of a 5/min key: 10 × 200 in 
     });
     line.push({ key: fresh.key, id: created.id });
   }
-  // The third key counts with the first, retired at the second rotation.
+  // The line has made 10 in the minute: the third key has none to take.
   assert.deepEqual(statuses, [
     [200, 200, 200, 200, 200, 429],
     [200, 200, 200, 200, 200, 429],
     [429, 429, 429, 429, 429, 429],
   ]);
+});
+
+Deno.test("a 5/min key used 5 times, then rotated twice within the minute: the newest key gets its 5 × 200, then 429, and the other live key none (the line at 10)", async () => {
+  await using t = await setup({ count: 5, windowSeconds: 60 });
+  const statuses = async (key: string, count: number) => {
+    const seen: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const response = await t.call(key);
+      await response.body?.cancel();
+      seen.push(response.status);
+      t.clock.ms += 100;
+    }
+    return seen;
+  };
+  assert.deepEqual(await statuses(t.key, 5), [200, 200, 200, 200, 200]);
+  const overlap = {
+    actor: "t",
+    overlapUntil: new Date(Date.now() + 3_600_000).toISOString(),
+  };
+  const k1 = generateApiKey();
+  const first = await t.counting.store.rotate(t.record.id, k1, overlap);
+  const k2 = generateApiKey();
+  const second = await t.counting.store.rotate(first.created.id, k2, overlap);
+  assert.equal(second.retired?.id, t.record.id, "K0 retired by K1's rotation");
+  const k2Seen = await statuses(k2.key, 6);
+  assert.deepEqual(k2Seen, [200, 200, 200, 200, 200, 429]);
+  const refused = await t.call(k1.key);
+  assert.equal(refused.status, 429, "K1: the line has made 10 in the window");
+  // The line frees when K0's first request leaves the window.
+  const wait = Number(refused.headers.get("retry-after"));
+  assert.ok(wait >= 1 && wait <= 60, `Retry-After ${wait}`);
+  assert.equal(refused.headers.get("ratelimit-policy"), '"key";q=5;w=60');
+  assert.match(refused.headers.get("ratelimit")!, /^"key";r=0;t=\d+$/);
+  t.clock.ms += wait * 1000;
+  assert.deepEqual(await statuses(k1.key, 1), [200]);
 });
