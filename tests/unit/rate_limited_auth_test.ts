@@ -384,3 +384,42 @@ Deno.test("a 5/min key used 5 times, then rotated twice within the minute: the n
   t.clock.ms += wait * 1000;
   assert.deepEqual(await statuses(k1.key, 1), [200]);
 });
+
+Deno.test("a line key past its line's share waits on the line's counter at twice the limit, and past its own on its own, then is accepted once the wait's retry finds room", async () => {
+  await using t = await setup({ count: 2, windowSeconds: 60 });
+  const waits: [number, number][] = [];
+  const lent = { room: 0 };
+  const call = caller(createAuthenticator(t.counting.store, {
+    rateLimiter: new RateLimiter({ now: () => t.clock.ms }),
+    shares: {
+      place: (limit) => ({ share: limit.count + lent.room, scale: 1 }),
+      wait: (counter, limit, attempt) => {
+        waits.push([counter, limit.count]);
+        // Another server lends one: the retry is accepted.
+        lent.room = 1;
+        const accepted = attempt();
+        lent.room = 0;
+        return Promise.resolve(accepted);
+      },
+    },
+  }));
+  const status = async (key: string) => {
+    const response = await call(key);
+    await response.body?.cancel();
+    return response.status;
+  };
+  for (let i = 0; i < 2; i++) assert.equal(await status(t.key), 200);
+  const fresh = generateApiKey();
+  const overlap = new Date(Date.now() + 3_600_000).toISOString();
+  await t.counting.store.rotate(t.record.id, fresh, {
+    actor: "t",
+    overlapUntil: overlap,
+  });
+  // Past the first key's own 2: it waits on its own count, at 2.
+  assert.equal(await status(t.key), 200);
+  assert.deepEqual(waits, [[t.record.id, 2]]);
+  // The line holds 3 of 4; the new key's own has room, its line one more.
+  assert.equal(await status(fresh.key), 200);
+  assert.equal(await status(fresh.key), 200);
+  assert.deepEqual(waits.slice(1), [[-t.record.id, 4]]);
+});
