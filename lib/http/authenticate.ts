@@ -223,7 +223,8 @@ export function createAuthenticator(
       const counted = line ? lineLimit(limit) : limit;
       // Tried once more at the end: the window may have let one go since
       // the last poll, and the refusal's Retry-After is counted from now.
-      if (!await shares!.wait(counter, counted, retry)) retry();
+      const accepted: boolean = await shares!.wait(counter, counted, retry);
+      if (!accepted) retry();
     }
     return rated(record, { client, route }, last);
   }
