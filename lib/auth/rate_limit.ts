@@ -185,6 +185,8 @@ export class RateLimiter {
     const { counter, share, scale } = own;
     const { line, lineShare, lineScale, now } = options;
     const lineId = lineCounter(line.root);
+    // Reached through the first key's link, it was not pruned yet.
+    this.#prune(line, now);
     counter.share = share;
     line.share = lineShare;
     const keyRoom = counter.total < share;

@@ -41,7 +41,7 @@ Deno.test("a line's count starts from its first key's requests here: a replaceme
 });
 
 Deno.test("the first key's requests read with a record from before its rotation still count on its line, made before or after its own count", () => {
-  const { limiter: rates } = limiter();
+  const { clock, limiter: rates } = limiter();
   // A server that learns of the rotation late: the replacement first.
   assert.ok(rates.take(2, L, { share: 5, line: LINE }).ok);
   for (let i = 0; i < 5; i++) assert.ok(rates.take(1, L, { share: 5 }).ok);
@@ -52,6 +52,10 @@ Deno.test("the first key's requests read with a record from before its rotation 
   // The first key's own count is full; a third key meets the line's 10.
   assert.equal(rates.take(1, L, { share: 5 }).lineFull, false);
   assert.equal(rates.take(3, L, { share: 5, line: LINE }).lineFull, true);
+  // A window later the line is empty again, for the first key's old record too.
+  clock.ms += 60_000;
+  for (let i = 0; i < 5; i++) assert.ok(rates.take(1, L, { share: 5 }).ok);
+  assert.equal(rates.used(lineCounter(1)), 5);
 
   const other = limiter().limiter;
   // Or the first key's own count before the line: it feeds the line too.
