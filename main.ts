@@ -127,6 +127,7 @@ export async function serve(): Promise<void> {
     held: () => lease.held,
     peers,
     used: (counter) => rateLimiter.used(counter),
+    frees: (counter, share) => rateLimiter.freesInMs(counter, share),
     registered: async () => (await store.instances()).map(({ id }) => id),
     waitMs: () => shareWaitMs(lease.pollMs),
   });

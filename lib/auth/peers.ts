@@ -17,7 +17,8 @@ import type { RateLimit } from "./rate_limit.ts";
 import { hasLapsed, hasRenewed } from "../store/registrations.ts";
 import type { InstanceRecord, InstanceRegistry } from "../store/types.ts";
 
-const PEERS_POLL_MS = 1000;
+/** How often the registrations are listed, unless set. */
+export const PEERS_POLL_MS = 1000;
 
 export interface PeersOptions {
   /** The lease's registration id. */

@@ -10,22 +10,26 @@
  * one compare-and-set commit:
  *
  * - **Want.** Past its share a server writes how much more it wants and
- *   holds the request, up to {@linkcode shareWaitMs}.
+ *   holds the request, up to {@linkcode shareWaitMs}: until a server lends,
+ *   or every server holding part of the share has answered that it has no
+ *   room, or a silent one (frozen, killed) has lapsed and its share is free.
  * - **Lend.** Polling, a server with spare room (its share less the count
  *   in its window now) first lowers its own share, to no less than that
  *   count, then commits it: it accepts at most that in any later window.
+ * - **Answer.** One with none left says when its oldest counted request
+ *   leaves its window: while every holder has, the borrower refuses at
+ *   once, saying when the first could have room (`answeredAt`).
  * - **Claim.** A server with waiting requests raises its committed share by
  *   what no server holds, and accepts more only after that commit. So no
  *   window sees more than L across the servers.
  * - **Reclaim.** A server whose registration is gone has no lease; its
  *   share is free. **Give back:** a record idle for its window (at most a
  *   minute) drifts back to even shares and is removed.
- *
  * @module
  */
 
 import type { RateLimit } from "./rate_limit.ts";
-import { type Peers, shareOf } from "./peers.ts";
+import type { Peers } from "./peers.ts";
 import {
   copyShares,
   sameShares,
@@ -33,22 +37,22 @@ import {
   type ShareStore,
   sumOf,
 } from "../store/rate_shares.ts";
+import {
+  answer,
+  answeredAt,
+  evenShares,
+  setTimer,
+  tidyShare,
+  wantOf,
+} from "./_share_steps.ts";
+
+export { refusal, shareWaitMs } from "./_share_steps.ts";
 
 /** The longest a record idles before its shares drift back to even. */
 const IDLE_MAX_MS = 60_000;
 const TRIES = 3; // of one step against others' commits, before the next poll
 /** Requests of one key line held at once on a server; more get 429 at once. */
 const MAX_WAITING = 1000;
-
-/**
- * How long a request past its share waits, for a poll every `pollMs`: the
- * lender sees the want at its next poll and commits, the borrower sees the
- * room at its next one and claims (a store that pushes notices cuts both
- * short), with 500 ms for the three commits and a busy machine.
- */
-export function shareWaitMs(pollMs: number): number {
-  return 2 * pollMs + 500;
-}
 
 export interface ShareLedgerOptions {
   /** This server's registration id (null: not registered). */
@@ -60,7 +64,9 @@ export interface ShareLedgerOptions {
   registered: () => Promise<string[]>;
   /** The requests of a counter this server counts in its window now. */
   used: (counter: number) => number;
-  /** How long a request past the share may wait: see docs/design.md. */
+  /** Milliseconds until a counter has room under `share` (0: room now). */
+  frees: (counter: number, share: number) => number;
+  /** How long a request past the share may wait: {@linkcode shareWaitMs}. */
   waitMs: () => number;
   /** Monotonic milliseconds. */
   now?: () => number;
@@ -91,6 +97,7 @@ export class ShareLedger {
   #held: () => boolean;
   #peers: ShareLedgerOptions["peers"];
   #used: (counter: number) => number;
+  #frees: (counter: number, share: number) => number;
   #registered: () => Promise<string[]>;
   #waitMs: () => number;
   #now: () => number;
@@ -99,6 +106,10 @@ export class ShareLedger {
   /** Shares lowered here whose commit is not known yet: never exceeded. */
   #caps = new Map<number, number>();
   #waiting = new Map<number, Waiting>();
+  /** When this server's last want that cleared the answers began its write. */
+  #asked = new Map<number, number>();
+  /** The registration whose lease the last full listing was read under. */
+  #listedAs: string | null = null;
   /** Store work, one step at a time: no listing races this server's commits. */
   #queue: Promise<unknown> = Promise.resolve();
   #polling: Promise<void> | null = null;
@@ -109,13 +120,11 @@ export class ShareLedger {
     this.#held = options.held;
     this.#peers = options.peers;
     this.#used = options.used;
+    this.#frees = options.frees;
     this.#registered = options.registered;
     this.#waitMs = options.waitMs;
     this.#now = options.now ?? (() => performance.now());
-    this.#setTimer = options.setTimer ?? ((run, ms) => {
-      const timer = setTimeout(run, ms);
-      return () => clearTimeout(timer);
-    });
+    this.#setTimer = options.setTimer ?? setTimer;
   }
 
   /**
@@ -125,16 +134,28 @@ export class ShareLedger {
    */
   place(limit: RateLimit, counter: number): { share: number; scale: number } {
     const view = this.#views.get(counter);
-    return view === undefined || view.record.limit !== limit.count
-      ? { share: this.#peers.share(limit, counter), scale: this.#peers.count }
-      : { share: this.#mine(counter, view.record), scale: 1 };
+    if (view !== undefined && view.record.limit === limit.count) {
+      return { share: this.#mine(counter, view.record), scale: 1 };
+    }
+    const scale = this.#peers.count;
+    // Resumed from a pause or registered afresh, it has not listed records
+    // written since (its share taken): none is its own until it has.
+    const unsure = scale > 1 &&
+      (!this.#held() || this.#listedAs !== this.#self());
+    return { share: unsure ? 0 : this.#peers.share(limit, counter), scale };
+  }
+
+  /** Ms until another server could have room (0: now; null: none holds any). */
+  freesInMs(counter: number): number | null {
+    if (!this.#views.has(counter)) return null;
+    const at = this.#freesAt(counter);
+    return at === undefined ? 0 : at === Infinity ? null : at - this.#now();
   }
 
   /**
    * Holds a request past the share until `attempt` accepts it (after a
-   * claim, or when its own requests leave the window) or the wait bound
-   * passes; resolves whether it was accepted. Resolves false at once when
-   * no other server could lend.
+   * claim, or its own requests leaving the window), every holder answers
+   * it has no room, or the wait bound passes; resolves whether accepted.
    */
   wait(
     counter: number,
@@ -143,14 +164,14 @@ export class ShareLedger {
   ): Promise<boolean> {
     // Without a lease (a renewal the store was slow to take) it waits for
     // the lease as for a lender: #step does nothing until it is back.
-    if (this.#peers.count <= 1 && !this.#views.has(counter)) {
-      return Promise.resolve(false);
-    }
     const waiting = this.#waiting.get(counter);
-    // Memory, not fairness: each one held is a connection held as well.
-    if (waiting !== undefined && waiting.waiters.size >= MAX_WAITING) {
-      return Promise.resolve(false);
-    }
+    if (
+      (this.#peers.count <= 1 && !this.#views.has(counter)) ||
+      // Memory, not fairness: each one held is a connection held as well.
+      (waiting !== undefined && waiting.waiters.size >= MAX_WAITING) ||
+      // Every holder said it has no room yet: nothing to wait for.
+      (waiting === undefined && this.#freesAt(counter, limit) !== undefined)
+    ) return Promise.resolve(false);
     const first = waiting === undefined;
     const held = waiting ?? { waiters: new Set(), asked: 0, queued: false };
     this.#waiting.set(counter, Object.assign(held, { limit }));
@@ -188,6 +209,7 @@ export class ShareLedger {
    */
   poll(): Promise<void> {
     this.#polling ??= this.#serial(async () => {
+      const as = this.#held() ? this.#self() : null;
       const listed = await this.#store.list();
       const now = this.#now();
       const seen = new Set<number>();
@@ -200,6 +222,7 @@ export class ShareLedger {
       for (const counter of [...this.#views.keys()]) {
         if (!seen.has(counter)) this.#forget(counter);
       }
+      this.#listedAs = as;
       const hot = new Set([...this.#views.keys(), ...this.#waiting.keys()]);
       for (const counter of hot) {
         const view = this.#views.get(counter);
@@ -250,7 +273,7 @@ export class ShareLedger {
     const next = current !== null
       ? copyShares(current)
       : waiting !== undefined
-      ? even(counter, waiting.limit, live, self)
+      ? evenShares(counter, waiting.limit, { live, self })
       : null;
     if (next === null) return true;
     // Held requests look past the peers' listing (a second old at most): a
@@ -259,32 +282,37 @@ export class ShareLedger {
     for (const id of await this.#gone(next, { self, live: known })) {
       delete next.shares[id];
       delete next.wants[id];
+      delete next.answers[id];
     }
     const cap = this.#caps.get(counter);
     const member = next.shares[self] !== undefined;
     const mine = Math.min(next.shares[self] ?? 0, cap ?? Infinity);
     if (member) next.shares[self] = mine;
     const free = next.limit - sumOf(next.shares);
+    const frees = () => this.#frees(counter, mine);
     let raised = false;
     let lowered = false;
+    let cleared = false;
+    const others = sumOf(next.wants) - (next.wants[self] ?? 0);
     if (waiting !== undefined) {
       const count = waiting.waiters.size;
-      // In whole even shares, so that a want is rewritten (and every
-      // server told) only when it grows by one, not at each waiter.
-      const chunk = Math.ceil(
-        next.limit / Math.max(1, Object.keys(next.shares).length),
-      );
-      const want = Math.min(next.limit, Math.ceil(count / chunk) * chunk);
+      const want = wantOf(next, count);
       // Only what is held while others want too: theirs is as urgent.
-      const others = sumOf(next.wants) - (next.wants[self] ?? 0);
       const take = Math.min(free, others > 0 ? count : want);
       waiting.asked = want;
       if (take > 0) {
-        next.shares[self] = mine + take;
+        next.shares[self] = mine + take; // room now: its answer is void
+        delete next.answers[self];
         raised = true;
       }
+      const before = next.wants[self] ?? 0;
       if (take < count) next.wants[self] = Math.min(next.limit, want - take);
       else delete next.wants[self];
+      // A want anew: every holder answers it afresh, after its commit.
+      cleared = (next.wants[self] ?? 0) > before;
+      if (cleared) next.answers = {};
+      // Its requests held, it has no room: others' wants hear so too.
+      if (take === 0) answer(next, { self, mine, others }, frees);
     } else {
       delete next.wants[self];
       const asked = sumOf(next.wants);
@@ -293,8 +321,18 @@ export class ShareLedger {
       if (member && asked > free && spare > 0) {
         next.shares[self] = mine - Math.min(spare, asked - free);
         lowered = true;
-      } else if (asked === 0 && this.#idle(counter, current)) {
-        const tidied = this.#tidy(counter, next, { self, mine, free, live });
+      }
+      if (spare > 0) delete next.answers[self];
+      else answer(next, { self, mine, others: asked - free }, frees);
+      if (!lowered && asked === 0 && this.#idle(counter, current)) {
+        const used = mine - spare;
+        const tidied = tidyShare(counter, next, {
+          self,
+          mine,
+          free,
+          live,
+          used,
+        });
         if (tidied === "remove") {
           return await this.#commit(counter, null, found);
         }
@@ -304,7 +342,9 @@ export class ShareLedger {
     }
     if (current !== null && sameShares(next, current)) return true;
     if (lowered) this.#caps.set(counter, next.shares[self]);
+    const started = this.#now();
     const committed = await this.#commit(counter, next, found);
+    if (committed && cleared) this.#asked.set(counter, started);
     if (!committed && lowered) {
       // Never committed, so never claimable: the committed share holds.
       if (cap === undefined) this.#caps.delete(counter);
@@ -344,48 +384,17 @@ export class ShareLedger {
     return true;
   }
 
-  /**
-   * Moves this server's own share one step toward even (or removes the
-   * record once every live server is even); mutates `next`.
-   */
-  #tidy(
-    counter: number,
-    next: ShareRecord,
-    { self, mine, free, live }: {
-      self: string;
-      mine: number;
-      free: number;
-      live: readonly string[];
-    },
-  ): "lowered" | "raised" | "remove" | null {
-    const missing = live.filter((id) => next.shares[id] === undefined);
-    if (missing.length > 0) {
-      // A server started since counts from 0 here until it claims or the
-      // others give back: the record stays whole.
-      for (const id of missing) next.shares[id] = 0;
-      return null;
-    }
-    const members = Object.keys(next.shares).sort();
-    const evenOf = (id: string) =>
-      shareOf({ count: next.limit }, {
-        rank: members.indexOf(id),
-        count: members.length,
-        keyId: counter,
-      });
-    const target = evenOf(self);
-    if (mine > target) {
-      const lowest = Math.max(this.#used(counter), target);
-      if (lowest >= mine) return null;
-      next.shares[self] = lowest;
-      return "lowered";
-    }
-    if (mine < target && free > 0) {
-      next.shares[self] = Math.min(target, mine + free);
-      return "raised";
-    }
-    const even = members.length === live.length &&
-      members.every((id) => next.shares[id] === evenOf(id));
-    return even ? "remove" : null;
+  /** When another server could first have room ({@linkcode answeredAt}), if later than now. */
+  #freesAt(counter: number, limit?: RateLimit): number | undefined {
+    const view = this.#views.get(counter);
+    const self = this.#self();
+    // A lowering in flight frees room once committed: not refused before.
+    if (view === undefined || this.#caps.has(counter)) return;
+    if (self === null || !this.#held()) return;
+    if (limit !== undefined && view.record.limit !== limit.count) return;
+    const asked = this.#asked.get(counter);
+    const at = answeredAt(view.record, { self, asked });
+    return at !== undefined && at > this.#now() ? at : undefined;
   }
 
   /** Whether the record has stood unchanged for its idle time. */
@@ -420,6 +429,7 @@ export class ShareLedger {
   #forget(counter: number): void {
     this.#views.delete(counter);
     this.#caps.delete(counter);
+    this.#asked.delete(counter);
   }
 
   /** Lets waiting requests try again, in arrival order, while they fit. */
@@ -427,23 +437,13 @@ export class ShareLedger {
     const waiting = this.#waiting.get(counter);
     if (waiting === undefined) return;
     for (const waiter of [...waiting.waiters]) {
-      if (!waiter.attempt()) return;
+      if (!waiter.attempt()) {
+        // Every holder has answered that it has no room: 429 now.
+        if (this.#freesAt(counter, waiting.limit) === undefined) return;
+        for (const refused of [...waiting.waiters]) refused.done(false);
+        return;
+      }
       waiter.done(true);
     }
   }
-}
-
-/** The record every server holds without one: even shares of the live set. */
-function even(
-  counter: number,
-  limit: RateLimit,
-  live: readonly string[],
-  self: string,
-): ShareRecord {
-  const ids = live.includes(self) ? [...live] : [...live, self].sort();
-  const shares: Record<string, number> = {};
-  ids.forEach((id, rank) => {
-    shares[id] = shareOf(limit, { rank, count: ids.length, keyId: counter });
-  });
-  return { limit: limit.count, window: limit.windowSeconds, shares, wants: {} };
 }

@@ -17,6 +17,12 @@ export interface ShareRecord {
   shares: Record<string, number>;
   /** Requests a server would take beyond its share, by registration id. */
   wants: Record<string, number>;
+  /**
+   * Holders with no room to lend, by registration id: milliseconds from
+   * their commit until their oldest counted request leaves the window. A
+   * want written anew clears them all, so each was given after it.
+   */
+  answers: Record<string, number>;
 }
 
 /** A record as listed: null when it cannot be read. */
@@ -59,20 +65,24 @@ export function readShares(value: unknown): ShareRecord | null {
   }
   const shares = amounts(fields.shares, limit);
   const wants = amounts(fields.wants, limit);
-  if (shares === null || wants === null) return null;
+  // Absent in a record written by 1.1: no server has answered.
+  const answers = fields.answers === undefined
+    ? {}
+    : amounts(fields.answers, window * 1000);
+  if (shares === null || wants === null || answers === null) return null;
   // The invariant every commit keeps: a record breaking it grants nothing.
   if (sumOf(shares) > limit) return null;
-  return { limit, window, shares, wants };
+  return { limit, window, shares, wants, answers };
 }
 
-function amounts(value: unknown, limit: number): Record<string, number> | null {
+function amounts(value: unknown, most: number): Record<string, number> | null {
   if (typeof value !== "object" || value === null) return null;
   const entries = Object.entries(value);
   if (entries.length > MAX_SERVERS) return null;
   const read: Record<string, number> = {};
   for (const [id, amount] of entries) {
     if (id.length === 0 || id.length > ID_MAX) return null;
-    if (!isCount(amount) || amount > limit) return null;
+    if (!isCount(amount) || amount > most) return null;
     read[id] = amount;
   }
   return read;
@@ -88,6 +98,7 @@ export function copyShares(record: ShareRecord): ShareRecord {
     ...record,
     shares: { ...record.shares },
     wants: { ...record.wants },
+    answers: { ...record.answers },
   };
 }
 
@@ -106,5 +117,6 @@ export function sameShares(a: ShareRecord, b: ShareRecord): boolean {
       keys.every((key) => x[key] === y[key]);
   };
   return a.limit === b.limit && a.window === b.window &&
-    equal(a.shares, b.shares) && equal(a.wants, b.wants);
+    equal(a.shares, b.shares) && equal(a.wants, b.wants) &&
+    equal(a.answers, b.answers);
 }

@@ -13,7 +13,13 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { RateLimiter } from "../../lib/auth/rate_limit.ts";
 import { shareOf } from "../../lib/auth/peers.ts";
-import { ShareLedger, shareWaitMs } from "../../lib/auth/share_ledger.ts";
+import {
+  refusal,
+  ShareLedger,
+  shareWaitMs,
+} from "../../lib/auth/share_ledger.ts";
+import { PEERS_POLL_MS } from "../../lib/auth/peers.ts";
+import { LEASE_MARGIN_MS, LEASE_MS } from "../../lib/store/registrations.ts";
 import {
   readShares,
   type ShareRecord,
@@ -137,7 +143,10 @@ class ModelShares implements ShareStore {
 }
 
 interface Server {
+  /** Its registration id: a new one once it registers afresh. */
   id: string;
+  /** Whether it holds its lease. */
+  held: boolean;
   limiter: RateLimiter;
   ledger: ShareLedger;
 }
@@ -157,35 +166,42 @@ function installation(
 ) {
   const ids = Array.from({ length: count }, (_, i) => `server-${i}`).sort();
   membership.live = [...ids];
-  const servers: Server[] = ids.map((id) => {
+  return ids.map((id) => {
     const limiter = new RateLimiter({ now: () => clock.ms });
-    const ledger = new ShareLedger(store, {
-      self: () => id,
-      held: () => true,
+    const server = { id, held: true, limiter } as Server;
+    const live = () =>
+      membership.live.includes(server.id)
+        ? membership.live
+        : [...membership.live, server.id].sort();
+    server.ledger = new ShareLedger(store, {
+      self: () => server.id,
+      held: () => server.held,
       peers: {
+        // As Peers counts them: this one among the listed, listed or not.
         get count() {
-          return membership.live.length;
+          return live().length;
         },
         get live() {
-          return membership.live;
+          return live();
         },
-        share: (limit: RateLimit, keyId: number) =>
-          shareOf(limit, {
-            rank: membership.live.indexOf(id),
-            count: membership.live.length,
+        share(limit: RateLimit, keyId: number) {
+          return shareOf(limit, {
+            rank: live().indexOf(server.id),
+            count: live().length,
             keyId,
-          }),
+          });
+        },
       },
       used: (counter) => limiter.used(counter),
+      frees: (counter, share) => limiter.freesInMs(counter, share),
       registered: () =>
         Promise.resolve([...(membership.registered ?? membership.live)]),
       waitMs: () => WAIT_MS,
       now: () => clock.ms,
       setTimer: clock.set,
     });
-    return { id, limiter, ledger };
+    return server;
   });
-  return servers;
 }
 
 /** What the API-key step does with one request of the line (authenticate.ts). */
@@ -304,10 +320,8 @@ Deno.test("model: servers lending shares never accept more than the limit in any
       }
       for (const { sent, answered } of refused) {
         assert.ok(answered - sent <= WAIT_MS, "waited no longer than stated");
-        // A frozen server lends nothing: the promise is for servers polling.
-        const during = freeze !== null && answered >= freeze.from &&
-          sent <= freeze.to + 2 * POLL_MS;
-        if (during) continue;
+        // A frozen server thaws within the wait (it is shorter than a lease
+        // lapses in): every refusal must be honest, frozen lender or not.
         const moments = [sent, ...accepted.filter((t) => t > sent)]
           .filter((t) => t <= answered);
         const full = moments.some((t) =>
@@ -336,56 +350,181 @@ Deno.test("a server whose requests all land on it gets the whole limit once the 
   clock.set(poll, POLL_MS);
   const answers: (number | null)[] = [];
   for (let i = 0; i < 11; i++) {
-    const answer = send(a, limit, clock);
-    await clock.moveTo(clock.ms + WAIT_MS + 1);
-    answers.push(await answer);
+    answers.push(await settled(send(a, limit, clock), clock));
   }
   assert.equal(answers.filter((t) => t !== null).length, 10);
   assert.equal(answers[10], null);
-  const other = send(b, limit, clock);
-  await clock.moveTo(clock.ms + WAIT_MS + 1);
-  assert.equal(await other, null);
+  assert.equal(await settled(send(b, limit, clock), clock), null);
 });
 
-Deno.test("a frozen lender: the borrower waits the stated bound and answers 429, and takes the frozen server's share once its registration is gone", async () => {
-  const clock = new Clock();
-  const store = new ModelShares();
-  const membership = { live: [] as string[] };
-  const [a, b] = installation(2, clock, store, membership);
-  const limit = { count: 10, windowSeconds: 60 };
-  // Only `a` polls: `b` is stopped (SIGSTOP) and never sees the want.
+/** Moves the clock 10 ms at a time until `answer` settles (at most the wait), then gives it. */
+async function settled<T>(answer: Promise<T>, clock: Clock): Promise<T> {
+  let done = false;
+  answer.finally(() => done = true);
+  const until = clock.ms + WAIT_MS + POLL_MS;
+  await settle();
+  while (!done && clock.ms < until) await clock.moveTo(clock.ms + 10);
+  return answer;
+}
+
+/** Polls each of `servers()` every POLL_MS, as their leases would. */
+function polling(clock: Clock, servers: () => Server[]): void {
   const poll = () => {
-    a.ledger.poll();
+    for (const server of servers()) server.ledger.poll();
     clock.set(poll, POLL_MS);
   };
   clock.set(poll, POLL_MS);
-  const first = [];
-  for (let i = 0; i < 5; i++) first.push(await send(a, limit, clock));
-  assert.ok(first.every((t) => t !== null));
+}
+
+/** One request sent now, and when it was answered. */
+function timed(server: Server, limit: RateLimit, clock: Clock) {
   const sent = clock.ms;
-  let answered = -1;
-  const sixth = send(a, limit, clock).then((t) => {
-    answered = clock.ms;
-    return t;
-  });
-  await clock.moveTo(sent + WAIT_MS + 1);
-  assert.equal(await sixth, null);
-  assert.equal(answered - sent, WAIT_MS);
-  // Its lease lapsed and its registration was removed: its share is free.
+  return send(server, limit, clock).then((at) => ({
+    accepted: at !== null,
+    heldMs: clock.ms - sent,
+  }));
+}
+
+/**
+ * A silent server's registration lapses: a lease, its margin and a listing
+ * of the servers after its last renewal (LEASE_MS + LEASE_MARGIN_MS and up
+ * to two listings of PEERS_POLL_MS), under the wait.
+ */
+const LAPSE_MS = LEASE_MS + LEASE_MARGIN_MS + PEERS_POLL_MS;
+
+Deno.test("a frozen lender: the request past the borrower's share is held, not refused, and accepted once the frozen server's registration has lapsed", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const membership: Membership = { live: [] };
+  const [a, b] = installation(2, clock, store, membership);
+  const limit = { count: 10, windowSeconds: 60 };
+  // Only `a` polls: `b` is stopped (SIGSTOP) and never sees the want.
+  polling(clock, () => [a]);
+  for (let i = 0; i < 5; i++) {
+    assert.notEqual(await send(a, limit, clock), null);
+  }
+  const sixth = timed(a, limit, clock);
+  await clock.moveTo(clock.ms + LAPSE_MS);
+  // Its lease lapsed and a listing removed its registration.
   membership.live = [a.id];
-  await clock.moveTo(clock.ms + POLL_MS);
-  const seventh = send(a, limit, clock);
-  const from = clock.ms;
-  await clock.moveTo(from + POLL_MS);
-  assert.notEqual(await seventh, null);
-  // Ten accepted here in all, the frozen server's own aside: the limit.
+  membership.registered = [a.id];
+  await clock.moveTo(clock.ms + WAIT_MS);
+  const answer = await sixth;
+  assert.ok(answer.accepted, "an honest request is not refused");
+  assert.ok(answer.heldMs < LAPSE_MS + 3 * POLL_MS, `${answer.heldMs} ms`);
+  // Ten accepted here in all, the frozen server's own none: the limit.
   for (let i = 0; i < 4; i++) {
     assert.notEqual(await send(a, limit, clock), null);
   }
-  const last = send(a, limit, clock);
+  const last = timed(a, limit, clock);
   await clock.moveTo(clock.ms + WAIT_MS + 1);
-  assert.equal(await last, null, "the limit still holds");
+  assert.equal((await last).accepted, false, "the limit still holds");
   void b;
+});
+
+Deno.test("a borrower killed (SIGKILL) holding the whole limit: its client, moving to the lender, is held and accepted once the dead one's registration has lapsed", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const membership: Membership = { live: [] };
+  const [a, b] = installation(2, clock, store, membership);
+  const limit = { count: 10, windowSeconds: 60 };
+  let alive = [a, b];
+  polling(clock, () => alive);
+  // Six on b: past its five it wants a whole even share, and claims it.
+  for (let i = 0; i < 6; i++) {
+    assert.ok((await settled(timed(b, limit, clock), clock)).accepted);
+  }
+  assert.equal(store.entries.get(COUNTER)?.record.shares[b.id], 10);
+  // b dies; its registration stays until it lapses.
+  alive = [a];
+  const moved = timed(a, limit, clock);
+  await clock.moveTo(clock.ms + LAPSE_MS);
+  membership.live = [a.id];
+  membership.registered = [a.id];
+  await clock.moveTo(clock.ms + WAIT_MS);
+  const answer = await moved;
+  assert.ok(answer.accepted, "the client at the lender is not refused");
+  assert.ok(answer.heldMs < LAPSE_MS + 3 * POLL_MS, `${answer.heldMs} ms`);
+});
+
+Deno.test("every server holding part of the share answers it has no room: the request past the share gets 429 at once, with Retry-After when the first of them frees (± 1 s), and the next one is not held at all", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const [a, b] = installation(2, clock, store);
+  const limit = { count: 10, windowSeconds: 60 };
+  polling(clock, () => [a, b]);
+  // b's five at 0 s, a's five at 10 s: b frees at 60 s, a at 70 s.
+  for (let i = 0; i < 5; i++) {
+    assert.notEqual(await send(b, limit, clock), null);
+  }
+  await clock.moveTo(10_000);
+  for (let i = 0; i < 5; i++) {
+    assert.notEqual(await send(a, limit, clock), null);
+  }
+  await clock.moveTo(20_000);
+  const answer = await settled(timed(a, limit, clock), clock);
+  assert.equal(answer.accepted, false);
+  // b answers at its next poll, a hears at its next (or one more when
+  // their commits cross): not the wait of seconds.
+  assert.ok(answer.heldMs <= 3 * POLL_MS, `held ${answer.heldMs} ms`);
+  const own = a.limiter.take(COUNTER, limit, a.ledger.place(limit, COUNTER));
+  const told = refusal(own, a.ledger.freesInMs(COUNTER));
+  assert.equal(own.retryAfterSeconds, 50, "a's own frees at 70 s");
+  assert.ok(
+    Math.abs(told.retryAfterSeconds - 40) <= 1,
+    `Retry-After ${told.retryAfterSeconds}, b frees in 40 s`,
+  );
+  assert.equal(told.resetSeconds, told.retryAfterSeconds);
+  const twelfth = await settled(timed(a, limit, clock), clock);
+  assert.deepEqual(twelfth, { accepted: false, heldMs: 0 });
+  // Once b's first leaves its window, b lends it, and a's client gets it.
+  await clock.moveTo(60_000);
+  const lent = await settled(timed(a, limit, clock), clock);
+  assert.ok(lent.accepted, "accepted once b has room");
+  assert.ok(lent.heldMs <= 3 * POLL_MS, `held ${lent.heldMs} ms`);
+});
+
+Deno.test("a frozen server thawed after its registration lapsed and its share was taken: registered afresh, it accepts none of the key in that window, before or after it lists the records", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const membership: Membership = { live: [] };
+  const [a, b] = installation(2, clock, store, membership);
+  const limit = { count: 10, windowSeconds: 60 };
+  let alive = [a];
+  polling(clock, () => alive);
+  const accepted: number[] = [];
+  const count = async (server: Server) => {
+    if ((await settled(timed(server, limit, clock), clock)).accepted) {
+      accepted.push(clock.ms);
+    }
+  };
+  // b is frozen from the start: a's client gets a's five, then b's five
+  // once b's registration lapses.
+  for (let i = 0; i < 5; i++) await count(a);
+  const sixth = timed(a, limit, clock);
+  await clock.moveTo(clock.ms + LAPSE_MS);
+  membership.live = [a.id];
+  membership.registered = [a.id];
+  await clock.moveTo(clock.ms + WAIT_MS);
+  assert.ok((await sixth).accepted);
+  for (let i = 0; i < 4; i++) await count(a);
+  assert.equal(accepted.length + 1, 10);
+  // b thaws: its lease ran out, so it holds none, as its old self...
+  b.held = false;
+  await count(b);
+  // ...registered afresh, with a lease, before its first listing...
+  b.id = "server-9";
+  b.held = true;
+  membership.live = [a.id, b.id];
+  membership.registered = [a.id, b.id];
+  await count(b);
+  // ...and polling again, as the key's other clients keep calling.
+  alive = [a, b];
+  for (let i = 0; i < 3; i++) {
+    await count(b);
+    await count(a);
+  }
+  assert.equal(accepted.length + 1, 10, "no window over the limit");
 });
 
 Deno.test("a server that borrowed more than it used stops: a request past the other's share takes the stopped one's share at once, not after the next listing of the servers", async () => {
@@ -428,7 +567,13 @@ Deno.test("a server whose lease lapses for a moment (the store slow to take its 
   const ids = ["server-0", "server-1"];
   // This server borrowed the whole limit earlier.
   store.entries.set(COUNTER, {
-    record: { limit: 10, window: 60, shares: { [ids[0]]: 10 }, wants: {} },
+    record: {
+      limit: 10,
+      window: 60,
+      shares: { [ids[0]]: 10 },
+      wants: {},
+      answers: {},
+    },
     version: "seed",
   });
   let held = true;
@@ -438,12 +583,13 @@ Deno.test("a server whose lease lapses for a moment (the store slow to take its 
     held: () => held,
     peers: { count: 2, live: ids, share: () => 5 },
     used: (counter) => limiter.used(counter),
+    frees: (counter, share) => limiter.freesInMs(counter, share),
     registered: () => Promise.resolve(ids),
     waitMs: () => WAIT_MS,
     now: () => clock.ms,
     setTimer: clock.set,
   });
-  const server = { id: ids[0], limiter, ledger };
+  const server = { id: ids[0], held, limiter, ledger };
   const limit = { count: 10, windowSeconds: 60 };
   await ledger.poll();
   for (let i = 0; i < 6; i++) {
@@ -468,7 +614,13 @@ Deno.test("share records on a store's entries: written only over the version rea
   const kv = await Deno.openKv(":memory:");
   try {
     const shares = new ShareEntries(kv as unknown as Entries);
-    const record = { limit: 4, window: 60, shares: { a: 2, b: 2 }, wants: {} };
+    const record = {
+      limit: 4,
+      window: 60,
+      shares: { a: 2, b: 2 },
+      wants: {},
+      answers: {},
+    };
     const first = await shares.put(1, record, null);
     assert.ok(first.ok);
     assert.equal((await shares.put(1, record, null)).ok, false);

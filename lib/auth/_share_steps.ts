@@ -1,0 +1,167 @@
+/**
+ * The share ledger's plain steps (lib/auth/share_ledger.ts): how long a
+ * request past its share may be held, the record every server holds
+ * without one, a share's drift back to even, and what a refusal says.
+ * @module
+ */
+
+import type { RateDecision, RateLimit } from "./rate_limit.ts";
+import { PEERS_POLL_MS, shareOf } from "./peers.ts";
+import { type ShareRecord, sumOf } from "../store/rate_shares.ts";
+import { LEASE_MARGIN_MS, LEASE_MS } from "../store/registrations.ts";
+
+/**
+ * How long a request past its share may be held, for a lease poll every
+ * `pollMs`: until a silent server holding part of the share (frozen, or
+ * killed) has lapsed and its share is taken back. Its last renewal came
+ * before the request; a listing of the servers sees it within a poll of
+ * theirs, one a lease and its margin later removes it, and the next poll
+ * here takes the share (two polls, with 500 ms for the commits and a busy
+ * machine). A server that answers ends the wait sooner, by lending or by
+ * saying it has no room.
+ */
+export function shareWaitMs(pollMs: number): number {
+  return LEASE_MS + LEASE_MARGIN_MS + 2 * PEERS_POLL_MS + 2 * pollMs + 500;
+}
+
+/**
+ * What a server with `count` requests held wants, in whole even shares, so
+ * that a want is rewritten (and every server told) only when it grows by
+ * one, not at each request.
+ */
+export function wantOf(record: ShareRecord, count: number): number {
+  const members = Math.max(1, Object.keys(record.shares).length);
+  const chunk = Math.ceil(record.limit / members);
+  return Math.min(record.limit, Math.ceil(count / chunk) * chunk);
+}
+
+/** Runs `run` after `ms` on the event loop's timers; returns the cancel. */
+export function setTimer(run: () => void, ms: number): () => void {
+  const timer = setTimeout(run, ms);
+  return () => clearTimeout(timer);
+}
+
+/** The record every server holds without one: even shares of the live set. */
+export function evenShares(
+  counter: number,
+  limit: RateLimit,
+  { live, self }: { live: readonly string[]; self: string },
+): ShareRecord {
+  const ids = live.includes(self) ? [...live] : [...live, self].sort();
+  const shares: Record<string, number> = {};
+  ids.forEach((id, rank) => {
+    shares[id] = shareOf(limit, { rank, count: ids.length, keyId: counter });
+  });
+  return {
+    limit: limit.count,
+    window: limit.windowSeconds,
+    shares,
+    wants: {},
+    answers: {},
+  };
+}
+
+/** What {@linkcode tidyShare} needs to know of this server. */
+export interface TidyPlace {
+  self: string;
+  /** This server's share now (its cap applied). */
+  mine: number;
+  /** What no server holds. */
+  free: number;
+  live: readonly string[];
+  /** The requests it counts in its window now. */
+  used: number;
+}
+
+/**
+ * Moves this server's own share of an idle record one step toward even
+ * (or says to remove it once every live server is even); mutates `next`.
+ */
+export function tidyShare(
+  counter: number,
+  next: ShareRecord,
+  { self, mine, free, live, used }: TidyPlace,
+): "lowered" | "raised" | "remove" | null {
+  const missing = live.filter((id) => next.shares[id] === undefined);
+  if (missing.length > 0) {
+    // A server started since counts from 0 here until it claims or the
+    // others give back: the record stays whole.
+    for (const id of missing) next.shares[id] = 0;
+    return null;
+  }
+  const members = Object.keys(next.shares).sort();
+  const evenOf = (id: string) =>
+    shareOf({ count: next.limit }, {
+      rank: members.indexOf(id),
+      count: members.length,
+      keyId: counter,
+    });
+  const target = evenOf(self);
+  if (mine > target) {
+    const lowest = Math.max(used, target);
+    if (lowest >= mine) return null;
+    next.shares[self] = lowest;
+    return "lowered";
+  }
+  if (mine < target && free > 0) {
+    next.shares[self] = Math.min(target, mine + free);
+    return "raised";
+  }
+  const even = members.length === live.length &&
+    members.every((id) => next.shares[id] === evenOf(id));
+  return even ? "remove" : null;
+}
+
+/**
+ * Writes a holder's answer to `others`' wants into `next` when it has a
+ * share and no room: `frees()`, when its oldest counted request leaves.
+ */
+export function answer(
+  next: ShareRecord,
+  { self, mine, others }: { self: string; mine: number; others: number },
+  frees: () => number,
+): void {
+  if (mine <= 0 || others <= 0 || next.answers[self] !== undefined) return;
+  const ms = Math.min(next.window * 1000, frees());
+  if (ms > 0) next.answers[self] = Math.ceil(ms);
+}
+
+/**
+ * When another server could first have room, on this server's clock, by
+ * `record`'s answers counted from `asked` (when this server's last want
+ * that cleared them began its write, so before each was given: early,
+ * never late). Infinity when no other holds any; undefined when one may
+ * have room now: room unclaimed, a holder silent, or no want asked.
+ */
+export function answeredAt(
+  record: ShareRecord,
+  { self, asked }: { self: string; asked: number | undefined },
+): number | undefined {
+  if (sumOf(record.shares) < record.limit || asked === undefined) return;
+  let at = Infinity;
+  for (const [id, share] of Object.entries(record.shares)) {
+    if (id === self || share === 0) continue;
+    const given = record.answers[id];
+    if (given === undefined) return;
+    at = Math.min(at, asked + given);
+  }
+  return at;
+}
+
+/**
+ * A refusal as the client reads it: Retry-After and the RateLimit reset at
+ * the earliest moment this server or another could have room
+ * (`othersInMs`, {@linkcode ShareLedger.freesInMs}; null: none other holds
+ * any), at least a second, never more than the window.
+ */
+export function refusal(
+  decision: RateDecision,
+  othersInMs: number | null,
+): RateDecision {
+  if (decision.ok) return decision;
+  const others = othersInMs === null
+    ? Infinity
+    : Math.max(1, Math.ceil(othersInMs / 1000));
+  const seconds = Math.max(1, Math.min(decision.retryAfterSeconds, others));
+  return { ...decision, retryAfterSeconds: seconds, resetSeconds: seconds };
+}
