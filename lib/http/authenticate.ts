@@ -37,7 +37,7 @@ import {
   RateLimiter,
 } from "../auth/rate_limit.ts";
 import type { Peers } from "../auth/peers.ts";
-import type { ShareLedger } from "../auth/share_ledger.ts";
+import { refusal, type ShareLedger } from "../auth/share_ledger.ts";
 import { rateLimitHeaders } from "./rate_limit_headers.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
@@ -80,7 +80,9 @@ export interface AuthenticatorOptions {
   /** Without it this server enforces each whole limit, as if alone. */
   peers?: Pick<Peers, "count" | "share">;
   /** Shares lent between servers; without it each server keeps its even share. */
-  shares?: Pick<ShareLedger, "place" | "wait">;
+  shares?:
+    & Pick<ShareLedger, "place" | "wait">
+    & Partial<Pick<ShareLedger, "freesInMs">>;
   /** The in-memory figures (lib/server/figures.ts). */
   counts?: AuthCounts;
 }
@@ -226,7 +228,11 @@ export function createAuthenticator(
       const accepted: boolean = await shares!.wait(counter, counted, retry);
       if (!accepted) retry();
     }
-    return rated(record, { client, route }, last);
+    if (last.ok) return rated(record, { client, route }, last);
+    // Retry-After: when the first server could have room, not this one alone.
+    const full = root !== null && last.lineFull ? lineCounter(root) : record.id;
+    const told = refusal(last, shares!.freesInMs?.(full) ?? null);
+    return rated(record, { client, route }, told);
   }
 
   /** This server's share of a limit, and the servers it is one of. */
