@@ -3,10 +3,12 @@
  * against a model: two to four servers on one in-memory store, each with
  * its own limiter and ledger, on one scripted clock; one key line's
  * requests spread over them at random, each server polling at its own
- * random phase and jitter, each store call answering after a random time.
- * Whatever the traffic, no window accepts more than the limit, and a
- * request is refused only if at some moment of its life the installation's
- * window was full.
+ * random phase and jitter, each store call answering after a random time,
+ * one server perhaps frozen: thawed within the wait, or lapsed (its share
+ * taken back) and registered afresh under a new id. Whatever the traffic,
+ * no window accepts more than the limit, and a request is refused only if
+ * at some moment of its life the installation's window was full (the one
+ * exception: requests the frozen server itself held when it stopped).
  */
 
 import assert from "node:assert/strict";
@@ -32,6 +34,12 @@ import type { RateLimit } from "../../lib/store/types.ts";
 
 const POLL_MS = 100;
 const WAIT_MS = shareWaitMs(POLL_MS);
+/**
+ * A silent server's registration lapses: a lease, its margin and a listing
+ * of the servers after its last renewal (LEASE_MS + LEASE_MARGIN_MS and up
+ * to two listings of PEERS_POLL_MS), under the wait.
+ */
+const LAPSE_MS = LEASE_MS + LEASE_MARGIN_MS + PEERS_POLL_MS;
 const COUNTER = 7;
 
 /** A scripted clock whose timers run, in time order, only when it is moved. */
@@ -237,12 +245,19 @@ const traffic = fc.record({
   jitter: fc.array(fc.integer({ min: 0, max: 60 }), { maxLength: 64 }),
   /** Each store call's time to answer, in turn. */
   latency: fc.array(fc.integer({ min: 0, max: 40 }), { maxLength: 32 }),
-  /** A server stopped (SIGSTOP) for a while: no polls, no requests. */
+  /**
+   * A server stopped (SIGSTOP) for a while: no polls, no requests. Past
+   * LAPSE_MS its registration lapses and is removed; thawed, it registers
+   * afresh under a new id.
+   */
   freeze: fc.option(
     fc.record({
       server: fc.nat(3),
       from: fc.nat(6000),
-      length: fc.integer({ min: 100, max: 4000 }),
+      length: fc.oneof(
+        fc.integer({ min: 100, max: 4000 }),
+        fc.integer({ min: LAPSE_MS, max: 9000 }),
+      ),
     }),
   ),
   requests: fc.array(
@@ -258,7 +273,7 @@ const traffic = fc.record({
   ),
 });
 
-Deno.test("model: servers lending shares never accept more than the limit in any window, one of them frozen or not, and refuse a request only if the installation's window was full at some moment of its wait", async () => {
+Deno.test("model: servers lending shares never accept more than the limit in any window, one of them frozen (thawed within the wait, or lapsed and registered afresh) or not, and refuse a request only if the installation's window was full at some moment of its wait", async () => {
   await fc.assert(
     fc.asyncProperty(traffic, async (run) => {
       const clock = new Clock();
@@ -267,7 +282,8 @@ Deno.test("model: servers lending shares never accept more than the limit in any
         clock,
         () => run.latency[calls++ % Math.max(1, run.latency.length)] ?? 0,
       );
-      const servers = installation(run.servers, clock, store);
+      const membership: Membership = { live: [] };
+      const servers = installation(run.servers, clock, store, membership);
       const limit = { count: run.limit, windowSeconds: run.windowMs / 1000 };
       // Every server polls on its own phase, each poll a little late at
       // random, but always well within the wait.
@@ -280,6 +296,22 @@ Deno.test("model: servers lending shares never accept more than the limit in any
       const frozen = (i: number) =>
         freeze !== null && freeze.server === i && clock.ms >= freeze.from &&
         clock.ms < freeze.to;
+      if (freeze !== null && freeze.to - freeze.from >= LAPSE_MS) {
+        const server = servers[freeze.server];
+        const others = () => membership.live.filter((id) => id !== server.id);
+        // Removed once its lease has ended; thawed, registered afresh.
+        clock.set(() => {
+          server.held = false;
+          membership.live = others();
+          membership.registered = membership.live;
+        }, freeze.from + LAPSE_MS);
+        clock.set(() => {
+          server.id = `${server.id}-thawed`;
+          server.held = true;
+          membership.live = [...others(), server.id].sort();
+          membership.registered = membership.live;
+        }, freeze.to + POLL_MS / 2);
+      }
       servers.forEach((server, i) => {
         const poll = () => {
           if (!frozen(i)) server.ledger.poll();
@@ -290,17 +322,18 @@ Deno.test("model: servers lending shares never accept more than the limit in any
       });
       const accepted: number[] = [];
       const outcomes: Promise<void>[] = [];
-      const refused: { sent: number; answered: number }[] = [];
+      const refused: { sent: number; answered: number; by: number }[] = [];
       let at = 0;
       for (const request of run.requests) {
         at += request.gap;
         await clock.moveTo(at);
         const sent = clock.ms;
         if (frozen(request.server % servers.length)) continue;
-        const server = servers[request.server % servers.length];
+        const by = request.server % servers.length;
+        const server = servers[by];
         outcomes.push(
           send(server, limit, clock).then((time) => {
-            if (time === null) refused.push({ sent, answered: clock.ms });
+            if (time === null) refused.push({ sent, answered: clock.ms, by });
             else accepted.push(time);
           }),
         );
@@ -318,10 +351,14 @@ Deno.test("model: servers lending shares never accept more than the limit in any
         const seen = inWindow(accepted, t, run.windowMs);
         assert.ok(seen <= run.limit, `${seen} accepted in the window to ${t}`);
       }
-      for (const { sent, answered } of refused) {
+      for (const { sent, answered, by } of refused) {
         assert.ok(answered - sent <= WAIT_MS, "waited no longer than stated");
-        // A frozen server thaws within the wait (it is shorter than a lease
-        // lapses in): every refusal must be honest, frozen lender or not.
+        // A request the frozen server itself held when it stopped answers
+        // nothing until it thaws; any other refusal must be honest, with a
+        // lender frozen for less than the wait or lapsed.
+        const caught = freeze !== null && by === freeze.server &&
+          sent < freeze.to && answered >= freeze.from;
+        if (caught) continue;
         const moments = [sent, ...accepted.filter((t) => t > sent)]
           .filter((t) => t <= answered);
         const full = moments.some((t) =>
@@ -384,13 +421,6 @@ function timed(server: Server, limit: RateLimit, clock: Clock) {
     heldMs: clock.ms - sent,
   }));
 }
-
-/**
- * A silent server's registration lapses: a lease, its margin and a listing
- * of the servers after its last renewal (LEASE_MS + LEASE_MARGIN_MS and up
- * to two listings of PEERS_POLL_MS), under the wait.
- */
-const LAPSE_MS = LEASE_MS + LEASE_MARGIN_MS + PEERS_POLL_MS;
 
 Deno.test("a frozen lender: the request past the borrower's share is held, not refused, and accepted once the frozen server's registration has lapsed", async () => {
   const clock = new Clock();
