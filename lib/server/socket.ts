@@ -9,7 +9,7 @@ import {
 export class SocketPathError extends Error {
   override name = "SocketPathError";
   constructor(
-    readonly code: "socket_in_use" | "not_a_socket",
+    readonly code: "socket_in_use" | "not_a_socket" | "no_folder",
     message: string,
   ) {
     super(message);
@@ -38,17 +38,18 @@ export async function serveOnSocket(
 ): Promise<GuardedServer> {
   await _removeStaleSocket(options.path);
   const report = rateLimitedEvents(options.onEvent);
-  const server = Deno.serve({
-    path: options.path,
-    onListen: (addr) => options.onListen?.(addr),
-    onError: (error) => {
-      report({
-        msg: "request failed",
-        error: error instanceof Error ? error.name : typeof error,
-      });
-      return new Response(null, { status: 500 });
-    },
-  }, handler);
+  const server = serveOn(options.path, () =>
+    Deno.serve({
+      path: options.path,
+      onListen: (addr) => options.onListen?.(addr),
+      onError: (error) => {
+        report({
+          msg: "request failed",
+          error: error instanceof Error ? error.name : typeof error,
+        });
+        return new Response(null, { status: 500 });
+      },
+    }, handler));
   // Deno removes its socket as it closes; one a crash leaves behind is
   // replaced by the next start.
   const finished = server.finished;
@@ -62,6 +63,19 @@ export async function serveOnSocket(
     // Deno.serve does not count its connections; nginx bounds them.
     connectionCount: () => NaN,
   };
+}
+
+/** Runs `serve`, naming SOCKET_PATH when its folder is missing (Deno says only "No such file"). */
+function serveOn<T>(path: string, serve: () => T): T {
+  try {
+    return serve();
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+    throw new SocketPathError(
+      "no_folder",
+      `the folder of SOCKET_PATH ${path} does not exist; create it (for nginx, a folder both may use) or set SOCKET_PATH to a path in one`,
+    );
+  }
 }
 
 /** Removes a gone server's socket; never a live one (off the proxy) or another file (the operator's). */

@@ -58,7 +58,7 @@ Deno.test("on SOCKET_PATH a valid key gets 200 and the log names the client the 
   assert.doesNotMatch(server.output(), new RegExp(key.slice(4)));
 });
 
-Deno.test("a socket left by a server killed outright is replaced at the next start; a regular file at SOCKET_PATH stops it", async () => {
+Deno.test("a socket left by a server killed outright is replaced at the next start; a regular file at SOCKET_PATH, or a missing folder, stops it and names SOCKET_PATH", async () => {
   using dir = tempDir();
   const socket = `${dir.path}/service.sock`;
   const killed = await startServer(dir.path, { SOCKET_PATH: socket });
@@ -75,4 +75,10 @@ Deno.test("a socket left by a server killed outright is replaced at the next sta
   assert.equal(refused.code, 1, refused.output);
   assert.match(refused.output, /exists and is not a socket/);
   assert.equal(await Deno.readTextFile(file), "keep me");
+
+  const nowhere = `${dir.path}/no-such-folder/service.sock`;
+  const missing = await refusedStart(dir.path, { SOCKET_PATH: nowhere });
+  assert.equal(missing.code, 1, missing.output);
+  assert.match(missing.output, /folder of SOCKET_PATH .* does not exist/);
+  assert.doesNotMatch(missing.output, /TLS_CERT_FILE/);
 });
