@@ -138,10 +138,11 @@ export class ShareLedger {
       return { share: this.#mine(counter, view.record), scale: 1 };
     }
     const scale = this.#peers.count;
-    // Resumed from a pause or registered afresh, it has not listed records
-    // written since (its share taken): none is its own until it has.
-    const unsure = scale > 1 &&
-      (!this.#held() || this.#listedAs !== this.#self());
+    // Resumed from a pause (its registration removed: no id) or registered
+    // afresh, it has not listed records written since (its share taken):
+    // none is its own until it has. No clock read: this is every request's.
+    const listed = this.#listedAs;
+    const unsure = scale > 1 && (listed === null || listed !== this.#self());
     return { share: unsure ? 0 : this.#peers.share(limit, counter), scale };
   }
 
