@@ -302,15 +302,6 @@ export class RateLimiter {
     return counter.total < share ? 0 : this.#freedMs(counter, now, share);
   }
 
-  /** Milliseconds until `keyId` has room under `share` (0: room now). */
-  freesInMs(keyId: number, share: number): number {
-    const counter = this.#counters.get(keyId);
-    if (counter === undefined) return 0;
-    const now = this.#now();
-    this.#prune(counter, now);
-    return counter.total < share ? 0 : this.#freedMs(counter, now, share);
-  }
-
   /** Drops the entries that have left the window. */
   #prune(counter: Counter, now: number): void {
     const { times, counts, windowMs } = counter;
