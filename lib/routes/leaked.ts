@@ -65,6 +65,9 @@ const ACCEPTED_SCHEMA = {
 
 const ACCEPTED = Object.freeze({ status: "accepted" });
 
+/** What the gate's `respond` returns when it lets a report through; never sent. */
+const _PASSED = new Response(null, { status: 204 });
+
 const SHAPE = `Send a JSON list of at most ${MAX_VALUES} strings`;
 
 export function leakedKeysRoute(
@@ -77,24 +80,27 @@ export function leakedKeysRoute(
     auth: "none",
     methods: {
       POST: async ({ request, client }) => {
-        const body = await readJsonBody(request, { maxBytes: MAX_BODY_BYTES });
-        const values = body.ok ? foundValues(body.value) : null;
-        // Read first, then the gate: it checks, answers and counts in one
-        // step, so requests sent together cannot all pass a lock unseen.
-        let accepted = false;
-        const answer = refuseFailing({ client, route: LEAKED_PATH }, () => {
-          if (!body.ok) return invalidBody(body.message);
-          if (values === null) return invalidBody(SHAPE);
-          report(values, client);
-          accepted = true;
-          return json(202, ACCEPTED);
+        // The gate before the body: a locked client gets its 429 at once,
+        // not after holding a connection while its body is awaited. It
+        // checks and counts in one step, before anything is awaited, so
+        // requests sent together cannot all pass a lock unseen.
+        let passed = false;
+        const refused = refuseFailing({ client, route: LEAKED_PATH }, () => {
+          passed = true;
+          return _PASSED;
         });
+        if (!passed) return refused;
+        const body = await readJsonBody(request, { maxBytes: MAX_BODY_BYTES });
+        if (!body.ok) return invalidBody(body.message);
+        const values = foundValues(body.value);
+        if (values === null) return invalidBody(SHAPE);
+        report(values, client);
         // The same wait for every report, never one that ends with the
         // work: a wait as long as the work would tell a key by its length.
-        if (accepted && answerAfterMs > 0) {
+        if (answerAfterMs > 0) {
           await new Promise((resolve) => setTimeout(resolve, answerAfterMs));
         }
-        return answer;
+        return json(202, ACCEPTED);
       },
     },
     contract: {

@@ -16,7 +16,10 @@ import { lockoutKey, normalize } from "../net/client_address.ts";
 /** One connection's place in {@linkcode FairSlots}. */
 export interface Slot<C> {
   readonly connection: C;
-  /** The connection has a request in progress (true) or none (false). */
+  /**
+   * The connection made progress: a request arrived (true), or an answer
+   * left and none is in progress (false); with HTTP/2, any stream's.
+   */
   busy(busy: boolean): void;
   /** Leaves the count; again is harmless. */
   release(): void;
@@ -24,14 +27,20 @@ export interface Slot<C> {
 
 interface _Group<C> {
   key: string;
-  /** Oldest first. */
+  /** Least recent progress first. */
   slots: Set<_Slot<C>>;
   /** Longest quiet first. */
   idle: Set<_Slot<C>>;
+  /** Its first slot's progress; with the count, its place in the heap. */
+  since: number;
+  /** Index in the heap; -1 once out. */
+  at: number;
 }
 
 interface _Slot<C> extends Slot<C> {
   group: _Group<C>;
+  /** When it last made progress, in steps of the one counter. */
+  progressed: number;
 }
 
 /** The peer connections count under; IPv6 by its /64, one host's usual share, as lock-out does. */
@@ -42,100 +51,166 @@ export function slotAddress(hostname: string): string {
 /** Open connections by client address, and the policy that picks whom to close. */
 export class FairSlots<C> {
   #groups = new Map<string, _Group<C>>();
-  /** `#byCount[n]`: the groups holding n connections, longest there first. */
-  #byCount: Set<_Group<C>>[] = [];
-  /** `#idleByCount[n]`: those of them with an idle connection. */
+  /**
+   * Every group, the heaviest first and, among those, the one whose least
+   * recent progress is oldest: a binary heap, so the pick and each change
+   * cost O(log addresses).
+   */
+  #heap: _Group<C>[] = [];
+  /** `#idleByCount[n]`: the groups holding n connections with an idle one. */
   #idleByCount: Set<_Group<C>>[] = [];
-  #heaviest = 0;
+  /** Orders progress; a counter, not a clock, so no two steps tie. */
+  #clock = 0;
   #size = 0;
 
   get size(): number {
     return this.#size;
   }
 
-  /** Counts a new connection, idle, under `address` (a {@linkcode slotAddress}). */
+  /** Counts a new connection, idle, under `address` (a {@linkcode slotAddress}); its accept is its first progress. */
   add(address: string, connection: C): Slot<C> {
     let group = this.#groups.get(address);
-    if (group) this.#unplace(group);
-    else {
-      group = { key: address, slots: new Set(), idle: new Set() };
+    if (!group) {
+      group = {
+        key: address,
+        slots: new Set(),
+        idle: new Set(),
+        since: 0,
+        at: -1,
+      };
       this.#groups.set(address, group);
     }
+    const owner = group;
     const slot: _Slot<C> = {
       connection,
-      group,
+      group: owner,
+      progressed: ++this.#clock,
       busy: (busy) => {
-        if (!group.slots.has(slot)) return;
-        const idleBefore = group.idle.size > 0;
-        // Re-added when quiet, so the idle set stays longest-quiet first.
-        group.idle.delete(slot);
-        if (!busy) group.idle.add(slot);
-        if (idleBefore !== group.idle.size > 0) {
-          const idle = this.#idleByCount[group.slots.size] ??= new Set();
-          if (idleBefore) idle.delete(group);
-          else idle.add(group);
-        }
+        if (!owner.slots.has(slot)) return;
+        this.#change(owner, () => {
+          slot.progressed = ++this.#clock;
+          // Re-added, so both sets keep their order.
+          owner.slots.delete(slot);
+          owner.slots.add(slot);
+          owner.idle.delete(slot);
+          if (!busy) owner.idle.add(slot);
+        });
       },
       release: () => {
-        if (!group.slots.has(slot)) return;
-        this.#unplace(group);
-        group.slots.delete(slot);
-        group.idle.delete(slot);
-        this.#size--;
-        this.#place(group);
+        if (!owner.slots.has(slot)) return;
+        this.#change(owner, () => {
+          owner.slots.delete(slot);
+          owner.idle.delete(slot);
+          this.#size--;
+        });
       },
     };
-    group.slots.add(slot);
-    group.idle.add(slot);
-    this.#size++;
-    this.#place(group);
+    this.#change(owner, () => {
+      owner.slots.add(slot);
+      owner.idle.add(slot);
+      this.#size++;
+    });
     return slot;
   }
 
   /**
    * Whom to close so that a newcomer from `address` fits when the server is
-   * full: from a lighter address, the longest-quiet idle connection of a
-   * heaviest address, else the oldest connection of one; from a heaviest
-   * address, only an idle connection of its own. Undefined: refuse the
-   * newcomer.
+   * full. From a lighter address: of the heaviest addresses' connections,
+   * the one whose last progress (its accept, a request's head, an answer)
+   * is oldest, busy or idle; so a connection that sends its request at
+   * once and is answered soon is closed only if every other connection of
+   * those addresses progressed since it did. From a heaviest address: only
+   * an idle connection of its own, longest quiet first. Undefined: refuse
+   * the newcomer.
    */
   makeRoomFor(address: string): C | undefined {
+    const top = this.#heap[0];
+    if (top === undefined) return undefined;
     const own = this.#groups.get(address);
-    const heaviest = this.#heaviest;
-    if ((own?.slots.size ?? 0) < heaviest) {
-      const idle = _first(this.#idleByCount[heaviest]);
-      if (idle) return _first(idle.idle)!.connection;
-      return _first(_first(this.#byCount[heaviest])!.slots)!.connection;
+    if ((own?.slots.size ?? 0) < top.slots.size) {
+      return _first(top.slots)!.connection;
     }
     return own && _first(own.idle)?.connection;
   }
 
   /** The heaviest address's longest-quiet idle connection; O(heaviest count): for rare events only. */
   idlest(): C | undefined {
-    for (let count = this.#heaviest; count > 0; count--) {
+    for (let count = this.#heap[0]?.slots.size ?? 0; count > 0; count--) {
       const group = _first(this.#idleByCount[count]);
       if (group) return _first(group.idle)!.connection;
     }
     return undefined;
   }
 
-  #unplace(group: _Group<C>): void {
-    this.#byCount[group.slots.size]?.delete(group);
+  /** Applies `change` to `group` and puts the group back in its places. */
+  #change(group: _Group<C>, change: () => void): void {
     this.#idleByCount[group.slots.size]?.delete(group);
+    change();
+    const count = group.slots.size;
+    if (count === 0) {
+      this.#groups.delete(group.key);
+      this.#remove(group);
+      return;
+    }
+    if (group.idle.size > 0) {
+      (this.#idleByCount[count] ??= new Set()).add(group);
+    }
+    group.since = _first(group.slots)!.progressed;
+    if (group.at < 0) {
+      group.at = this.#heap.length;
+      this.#heap.push(group);
+    }
+    this.#siftDown(this.#siftUp(group.at));
   }
 
-  #place(group: _Group<C>): void {
-    const count = group.slots.size;
-    if (count === 0) this.#groups.delete(group.key);
-    else {
-      (this.#byCount[count] ??= new Set()).add(group);
-      if (group.idle.size > 0) {
-        (this.#idleByCount[count] ??= new Set()).add(group);
-      }
+  #remove(group: _Group<C>): void {
+    const at = group.at;
+    if (at < 0) return;
+    group.at = -1;
+    const last = this.#heap.pop()!;
+    if (last === group) return;
+    this.#heap[at] = last;
+    last.at = at;
+    this.#siftDown(this.#siftUp(at));
+  }
+
+  /** `a` is cut before `b`. */
+  #before(a: _Group<C>, b: _Group<C>): boolean {
+    return a.slots.size !== b.slots.size
+      ? a.slots.size > b.slots.size
+      : a.since < b.since;
+  }
+
+  #swap(i: number, j: number): void {
+    const heap = this.#heap;
+    [heap[i], heap[j]] = [heap[j], heap[i]];
+    heap[i].at = i;
+    heap[j].at = j;
+  }
+
+  #siftUp(at: number): number {
+    while (at > 0) {
+      const parent = (at - 1) >> 1;
+      if (!this.#before(this.#heap[at], this.#heap[parent])) break;
+      this.#swap(at, parent);
+      at = parent;
     }
-    if (count > this.#heaviest) this.#heaviest = count;
-    // Counts move by one, so the bucket below is never empty but at 0.
-    else if (this.#byCount[this.#heaviest]?.size === 0) this.#heaviest--;
+    return at;
+  }
+
+  #siftDown(at: number): void {
+    const heap = this.#heap;
+    for (;;) {
+      let best = at;
+      for (const child of [2 * at + 1, 2 * at + 2]) {
+        if (child < heap.length && this.#before(heap[child], heap[best])) {
+          best = child;
+        }
+      }
+      if (best === at) return;
+      this.#swap(at, best);
+      at = best;
+    }
   }
 }
 

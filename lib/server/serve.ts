@@ -20,7 +20,7 @@ export interface ConnectionLimits {
   headerTimeoutMs: number;
   /** For a connection with no request in progress. */
   idleTimeoutMs: number;
-  /** At the cap the busiest client address gives one up. */
+  /** At the cap the busiest client address gives up the connection quiet or stalled longest. */
   maxConnections: number;
   /** After answering a request whose body nobody reads, the connection lives this long, so the answer leaves but the body is not read. */
   bodyLingerMs: number;
@@ -218,7 +218,10 @@ export function serveGuarded(
     connections.add(connection);
     connection.slot = slots.add(address, connection);
     const wrapped: ServeHandler = (request, info) => {
-      if (connection.inFlight++ === 0) connection.slot?.busy(true);
+      connection.inFlight++;
+      // Every request is progress: at the cap the connection quiet or
+      // stalled longest goes, not one that just sent its head.
+      connection.slot?.busy(true);
       connection.requests++;
       // Deno reads an unread body to its end before it closes the
       // connection: the connection is dropped shortly after the response.
@@ -283,7 +286,9 @@ export function serveGuarded(
       }
       const address = slotAddress((conn.remoteAddr as Deno.NetAddr).hostname);
       if (slots.size >= limits.maxConnections) {
-        // The heaviest address pays, so none can hold every slot from others.
+        // The heaviest address pays, so none can hold every slot from others,
+        // with the connection that progressed least recently, so churn
+        // cannot aim the cut at a newcomer that sent its request at once.
         shed++;
         const room = slots.makeRoomFor(address);
         if (!room) {
@@ -338,7 +343,7 @@ function _settle(
   bodyLingerMs: number,
 ): Response | Promise<Response> {
   const quiet = () => {
-    if (--connection.inFlight === 0) connection.slot?.busy(false);
+    connection.slot?.busy(--connection.inFlight > 0);
     connection.quietSince = performance.now();
     // Once no other request (an HTTP/2 stream) still needs the connection.
     if (connection.bodyUnread && connection.inFlight === 0) {
