@@ -27,12 +27,12 @@ export interface Slot<C> {
 
 interface _Group<C> {
   key: string;
-  /** Least recent progress first. */
-  slots: Set<_Slot<C>>;
+  /** Its connections, in a list least recent progress first: O(1) to move one to the end, unlike a Set. */
+  count: number;
+  first?: _Slot<C>;
+  last?: _Slot<C>;
   /** Longest quiet first. */
   idle: Set<_Slot<C>>;
-  /** Its first slot's progress; with the count, its place in the heap. */
-  since: number;
   /** Index in the heap; -1 once out. */
   at: number;
 }
@@ -41,6 +41,9 @@ interface _Slot<C> extends Slot<C> {
   group: _Group<C>;
   /** When it last made progress, in steps of the one counter. */
   progressed: number;
+  open: boolean;
+  prev?: _Slot<C>;
+  next?: _Slot<C>;
 }
 
 /** The peer connections count under; IPv6 by its /64, one host's usual share, as lock-out does. */
@@ -73,9 +76,8 @@ export class FairSlots<C> {
     if (!group) {
       group = {
         key: address,
-        slots: new Set(),
+        count: 0,
         idle: new Set(),
-        since: 0,
         at: -1,
       };
       this.#groups.set(address, group);
@@ -85,28 +87,40 @@ export class FairSlots<C> {
       connection,
       group: owner,
       progressed: ++this.#clock,
+      open: true,
       busy: (busy) => {
-        if (!owner.slots.has(slot)) return;
-        this.#change(owner, () => {
-          slot.progressed = ++this.#clock;
-          // Re-added, so both sets keep their order.
-          owner.slots.delete(slot);
-          owner.slots.add(slot);
-          owner.idle.delete(slot);
-          if (!busy) owner.idle.add(slot);
-        });
+        if (!slot.open) return;
+        const wasFirst = owner.first === slot;
+        slot.progressed = ++this.#clock;
+        _unlink(owner, slot);
+        _append(owner, slot);
+        // Re-added, so the set stays longest quiet first.
+        const idleBefore = owner.idle.size > 0;
+        owner.idle.delete(slot);
+        if (!busy) owner.idle.add(slot);
+        if (idleBefore !== owner.idle.size > 0) {
+          const idle = this.#idleByCount[owner.count] ??= new Set();
+          if (idleBefore) idle.delete(owner);
+          else idle.add(owner);
+        }
+        // Per request, so the common case does no more: only a group whose
+        // first slot moved gets a later key, and can only sink.
+        if (wasFirst) this.#siftDown(owner.at);
       },
       release: () => {
-        if (!owner.slots.has(slot)) return;
+        if (!slot.open) return;
+        slot.open = false;
         this.#change(owner, () => {
-          owner.slots.delete(slot);
+          _unlink(owner, slot);
+          owner.count--;
           owner.idle.delete(slot);
           this.#size--;
         });
       },
     };
     this.#change(owner, () => {
-      owner.slots.add(slot);
+      _append(owner, slot);
+      owner.count++;
       owner.idle.add(slot);
       this.#size++;
     });
@@ -127,15 +141,15 @@ export class FairSlots<C> {
     const top = this.#heap[0];
     if (top === undefined) return undefined;
     const own = this.#groups.get(address);
-    if ((own?.slots.size ?? 0) < top.slots.size) {
-      return _first(top.slots)!.connection;
+    if ((own?.count ?? 0) < top.count) {
+      return top.first!.connection;
     }
     return own && _first(own.idle)?.connection;
   }
 
   /** The heaviest address's longest-quiet idle connection; O(heaviest count): for rare events only. */
   idlest(): C | undefined {
-    for (let count = this.#heap[0]?.slots.size ?? 0; count > 0; count--) {
+    for (let count = this.#heap[0]?.count ?? 0; count > 0; count--) {
       const group = _first(this.#idleByCount[count]);
       if (group) return _first(group.idle)!.connection;
     }
@@ -144,9 +158,9 @@ export class FairSlots<C> {
 
   /** Applies `change` to `group` and puts the group back in its places. */
   #change(group: _Group<C>, change: () => void): void {
-    this.#idleByCount[group.slots.size]?.delete(group);
+    this.#idleByCount[group.count]?.delete(group);
     change();
-    const count = group.slots.size;
+    const count = group.count;
     if (count === 0) {
       this.#groups.delete(group.key);
       this.#remove(group);
@@ -155,7 +169,6 @@ export class FairSlots<C> {
     if (group.idle.size > 0) {
       (this.#idleByCount[count] ??= new Set()).add(group);
     }
-    group.since = _first(group.slots)!.progressed;
     if (group.at < 0) {
       group.at = this.#heap.length;
       this.#heap.push(group);
@@ -176,9 +189,9 @@ export class FairSlots<C> {
 
   /** `a` is cut before `b`. */
   #before(a: _Group<C>, b: _Group<C>): boolean {
-    return a.slots.size !== b.slots.size
-      ? a.slots.size > b.slots.size
-      : a.since < b.since;
+    return a.count !== b.count
+      ? a.count > b.count
+      : a.first!.progressed < b.first!.progressed;
   }
 
   #swap(i: number, j: number): void {
@@ -201,17 +214,34 @@ export class FairSlots<C> {
   #siftDown(at: number): void {
     const heap = this.#heap;
     for (;;) {
+      const left = 2 * at + 1;
       let best = at;
-      for (const child of [2 * at + 1, 2 * at + 2]) {
-        if (child < heap.length && this.#before(heap[child], heap[best])) {
-          best = child;
-        }
+      if (left < heap.length && this.#before(heap[left], heap[best])) {
+        best = left;
+      }
+      if (left + 1 < heap.length && this.#before(heap[left + 1], heap[best])) {
+        best = left + 1;
       }
       if (best === at) return;
       this.#swap(at, best);
       at = best;
     }
   }
+}
+
+function _unlink<C>(group: _Group<C>, slot: _Slot<C>): void {
+  if (slot.prev) slot.prev.next = slot.next;
+  else group.first = slot.next;
+  if (slot.next) slot.next.prev = slot.prev;
+  else group.last = slot.prev;
+  slot.prev = slot.next = undefined;
+}
+
+function _append<C>(group: _Group<C>, slot: _Slot<C>): void {
+  slot.prev = group.last;
+  if (group.last) group.last.next = slot;
+  else group.first = slot;
+  group.last = slot;
 }
 
 function _first<T>(set: Set<T> | undefined): T | undefined {

@@ -109,7 +109,7 @@ Deno.test("an honest connection that sends its request and ends it within a few 
   fc.assert(
     fc.property(
       fc.integer({ min: 3, max: 12 }),
-      fc.array(_step, { maxLength: 300 }),
+      fc.array(_step, { maxLength: 300, size: "max" }),
       fc.array(fc.nat(), { minLength: 1, maxLength: 20 }),
       fc.nat(40),
       (max, steps, delays, honestFrom) => {
@@ -173,5 +173,67 @@ Deno.test("an honest connection that sends its request and ends it within a few 
       },
     ),
     { numRuns: 2000 },
+  );
+});
+
+Deno.test("the pick is always the one a plain scan of every connection would make: heaviest address, then least recent progress", () => {
+  fc.assert(
+    fc.property(
+      fc.array(
+        fc.record({
+          kind: fc.constantFrom("open", "busy", "idle", "close", "pick"),
+          address: fc.nat(6),
+          pick: fc.nat(),
+        }),
+        { maxLength: 200, size: "max" },
+      ),
+      (steps) => {
+        const slots = new FairSlots<number>();
+        const open: {
+          address: string;
+          slot: Slot<number>;
+          progressed: number;
+          idleSince: number | null;
+        }[] = [];
+        let clock = 0;
+        for (const step of steps) {
+          const address = `A${step.address}`;
+          const chosen = open.length > 0
+            ? open[step.pick % open.length]
+            : undefined;
+          if (step.kind === "open") {
+            const slot = slots.add(address, clock);
+            open.push({ address, slot, progressed: clock, idleSince: clock });
+          } else if (step.kind === "close" && chosen) {
+            chosen.slot.release();
+            open.splice(open.indexOf(chosen), 1);
+          } else if ((step.kind === "busy" || step.kind === "idle") && chosen) {
+            chosen.slot.busy(step.kind === "busy");
+            chosen.progressed = clock;
+            chosen.idleSince = step.kind === "idle" ? clock : null;
+          } else if (step.kind === "pick") {
+            const count = (a: string) =>
+              open.filter((c) => c.address === a).length;
+            const heaviest = Math.max(0, ...open.map((c) => count(c.address)));
+            const expected = count(address) < heaviest
+              ? open.filter((c) => count(c.address) === heaviest)
+                .reduce((a, b) => a.progressed < b.progressed ? a : b)
+              : open.filter((c) =>
+                c.address === address && c.idleSince !== null
+              ).reduce<typeof open[0] | undefined>(
+                (a, b) => a && a.idleSince! < b.idleSince! ? a : b,
+                undefined,
+              );
+            assert.equal(
+              slots.makeRoomFor(address),
+              expected?.slot.connection,
+            );
+          }
+          clock++;
+        }
+        assert.equal(slots.size, open.length);
+      },
+    ),
+    { numRuns: 1000 },
   );
 });
