@@ -59,7 +59,11 @@ export class KeyLookup {
   #reads = new Shared<string, Cached | null>();
   /** Every registered server has applied every change up to this revision, or lost its lease. */
   #settled = -1n;
-  #settling: { revision: bigint; done: Promise<void> } | null = null;
+  /**
+   * Waits under way, by revision: a key waits for its own last change, never
+   * for a later one of another key that a silent server owes.
+   */
+  #settling = new Map<bigint, Promise<void>>();
   #now: () => number;
 
   constructor(
@@ -145,15 +149,25 @@ export class KeyLookup {
     // Strongly consistent and begun after the request arrived: current.
     const { record, authRevision } = await this.#store.findByHashAt(hash);
     if (record === null) return null;
+    const fresh = { record, expires: expiryMs(record) };
     // The record may show a change whose writer is still waiting for the
     // servers: answered now, a request here could succeed with the new
     // state while another server, not yet told, still accepts the old
-    // (an --until-first-use rotation's old key after its first use). Only
-    // changes that alter authentication count: a usage note since (a first
-    // use from a network) moves the revision, but no server drops anything
-    // for it, so nothing waits on it.
-    await this.#settle(authRevision);
-    const fresh = { record, expires: expiryMs(record) };
+    // (an --until-first-use rotation's old key after its first use). So a
+    // success waits for the last change that altered this key, which wrote
+    // every record it linked (that old key) in the same commit; not for the
+    // store's, which a silent server may owe for another key. A usage note
+    // (a first use from a network) alters nothing, so nothing waits on it.
+    // A refusal waits for nothing: revoked is for good, and no request
+    // succeeds on it anywhere once every server knows.
+    const revoked = record.status !== "valid";
+    if (!revoked && !hasExpired(fresh.expires, this.#now())) {
+      await this.#settle(authRevision);
+    } else if (!revoked && authRevision > this.#settled) {
+      // Found past its deadline, unsettled: a clock stepped back would make
+      // it succeed from the cache, so it answers this request only.
+      return fresh;
+    }
     // A batch of changes dropped records while this read was out: it may
     // predate one of them, so it answers this request only.
     if (drops !== this.#drops) return fresh;
@@ -166,20 +180,18 @@ export class KeyLookup {
     return fresh;
   }
 
-  /** Resolves once every registered server has acknowledged `revision` or its lease ran out; one shared wait. */
+  /** Resolves once every registered server has acknowledged `revision` or its lease ran out; one wait per revision. */
   #settle(revision: bigint): Promise<void> | void {
     if (revision <= this.#settled) return;
-    const settling = this.#settling;
-    if (settling !== null && settling.revision >= revision) {
-      return settling.done;
-    }
+    // Not a wait for a later revision: that one may be owed for long.
+    const settling = this.#settling.get(revision);
+    if (settling !== undefined) return settling;
     // This process's own acknowledgement is among those waited for.
     if (this.#lease.applied < revision) this.#lease.poke();
     const done = awaitAcknowledgement(this.#store, { revision }).then(() => {
       if (revision > this.#settled) this.#settled = revision;
-      if (this.#settling?.done === done) this.#settling = null;
-    });
-    this.#settling = { revision, done };
+    }).finally(() => this.#settling.delete(revision));
+    this.#settling.set(revision, done);
     return done;
   }
 

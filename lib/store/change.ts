@@ -127,8 +127,9 @@ export class Committed<T, A extends Alters> {
   /**
    * The store's revision once the change was made: every server that has
    * acknowledged it knows the change. When the change found nothing to do,
-   * the revision it read, so that a repeated revocation still waits for
-   * the first one to be known everywhere.
+   * the last change that altered the records it read (at most the revision
+   * it read), so that a repeated revocation still waits for the first one
+   * to be known everywhere, and for nothing else.
    */
   readonly revision: bigint;
   readonly #value: T;

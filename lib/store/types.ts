@@ -310,8 +310,12 @@ export interface KeyStore extends InstanceRegistry {
   /**
    * `findByHash()` with the revision it read at, in one consistent read: what
    * a cache needs. `authRevision` is the last change, up to then, that altered
-   * what authenticates (not a usage note: a network's first use, a key seen in
-   * a URL), so a reader waits for the servers to know that one only.
+   * this key's authentication (not a usage note: a network's first use, a key
+   * seen in a URL), which wrote every record it linked (an --until-first-use
+   * rotation's old key) in the same commit, so a reader waits for the servers
+   * to know that one only, not another key's later change. For a record
+   * written without it (by version 1.1), or none found, the store's last
+   * change that altered any key's authentication.
    */
   findByHashAt(
     hash: string,

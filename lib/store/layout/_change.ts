@@ -16,11 +16,14 @@ import { ENDPOINTS, markKey, queueEvents } from "./_webhooks.ts";
 import {
   auditKey,
   AUTH_REVISION,
+  authRevisionOf,
+  authStampKey,
   backoff,
   busy,
   counted,
   hintChange,
   holdsName,
+  IMPORT_REVISION,
   IMPORTING,
   KEY_ID_COUNTER,
   keyByHash,
@@ -60,12 +63,17 @@ export async function changeIn<T, A extends Alters>(
       draft.lines.length === 0
     ) {
       // Nothing to write, yet the answer rests on what the draft read, and
-      // is settled at `before`: only once a commit checking the revision
-      // confirms that nothing was committed between reading it and the
-      // records (a first use's retirement that another server made just
-      // then, found done here, must be waited for at its own revision).
-      await draft.addTo(op);
-      if ((await op.commit()).ok) return new Committed(kind, before, result);
+      // is settled at the last change that altered those records (not the
+      // store's: another key's, owed by a silent server, is no part of it),
+      // only once a commit checking the revision confirms that nothing was
+      // committed between reading it and the records (a first use's
+      // retirement that another server made just then, found done here,
+      // must be waited for at its own revision).
+      const settled = kind.alters === "authentication"
+        ? await draft.restsOn(before)
+        : before;
+      await draft.addTo(op, before);
+      if ((await op.commit()).ok) return new Committed(kind, settled, result);
       if (tries >= MAX_TRIES) throw busy();
       await backoff(tries);
       continue;
@@ -74,7 +82,7 @@ export async function changeIn<T, A extends Alters>(
     // The outbox in the same commit: an event is sent if and only if the
     // change that raised it was made.
     await queueEvents(op, draft, hooks);
-    await draft.addTo(op);
+    await draft.addTo(op, revision);
     for (const { seq, entry } of draft.numbered(before)) {
       op.set(auditKey(seq), entry);
     }
@@ -97,6 +105,8 @@ export async function changeIn<T, A extends Alters>(
 class _Draft<A extends Alters> extends ChangeDraft<A> {
   #kv: Entries;
   #op: Check[] = [];
+  /** The records `get` found, for `restsOn`. */
+  #read: KeyRecord[] = [];
   #lastId: number | null = null;
 
   constructor(alters: A, kv: Entries) {
@@ -105,7 +115,33 @@ class _Draft<A extends Alters> extends ChangeDraft<A> {
   }
 
   async get(id: number): Promise<KeyRecord | null> {
-    return this.#checked(await this.#kv.get<KeyRecord>(keyById(id))).value;
+    const record = this.#checked(await this.#kv.get<KeyRecord>(keyById(id)))
+      .value;
+    if (record !== null) this.#read.push(record);
+    return record;
+  }
+
+  /**
+   * The last change that altered the authentication of a record read
+   * (`authRevisionOf`); `none` when none was read. Its reads become checks.
+   */
+  async restsOn(none: bigint): Promise<bigint> {
+    if (this.#read.length === 0) return none;
+    const [auth, imported] = await this.#kv.getMany<[Deno.KvU64, Deno.KvU64]>(
+      [AUTH_REVISION, IMPORT_REVISION],
+    );
+    let latest = 0n;
+    for (const { hash } of this.#read) {
+      const [stored, stamp] = await this.#kv.getMany<[KeyRecord, Deno.KvU64]>(
+        [keyByHash(hash), authStampKey(hash)],
+      );
+      const at = authRevisionOf(this.#checked(stored), this.#checked(stamp), {
+        auth: this.#checked(auth),
+        imported: this.#checked(imported),
+      });
+      if (at > latest) latest = at;
+    }
+    return latest;
   }
 
   async nameHolder(name: string): Promise<number | null> {
@@ -140,8 +176,12 @@ class _Draft<A extends Alters> extends ChangeDraft<A> {
     return this.#checked(await this.#kv.get(markKey(parts))).value;
   }
 
-  /** Adds the checks of every read, then the draft's writes, to `op`. */
-  async addTo(op: Atomic): Promise<void> {
+  /**
+   * Adds the checks of every read, then the draft's writes, to `op`, which
+   * commits at `revision`: the stamp of each record an authentication
+   * change writes. A usage note keeps the stamp the record had.
+   */
+  async addTo(op: Atomic, revision: bigint): Promise<void> {
     for (const { parts, value } of this.marks) op.set(markKey(parts), value);
     // Name entries follow the records: held by a valid key not in an
     // overlap, freed when the key that held one gives it up.
@@ -154,7 +194,11 @@ class _Draft<A extends Alters> extends ChangeDraft<A> {
         continue;
       }
       const record = write.record;
-      putRecord(op, record);
+      putRecord(op, record, {
+        authRevision: this.alters === "authentication"
+          ? revision
+          : await this.#keptStamp(record),
+      });
       let key: EntryKey;
       try {
         key = keyByName(record.name);
@@ -179,6 +223,24 @@ class _Draft<A extends Alters> extends ChangeDraft<A> {
       op.set(KEY_ID_COUNTER, new Deno.KvU64(BigInt(this.#lastId)));
     }
     op.check(...this.#op);
+  }
+
+  /**
+   * The stamp of `record` as stored, when it was written with the record (not
+   * by 1.1, nor by hand), for a usage note to write again beside it; read as
+   * checks, though any change between would move the revision anyway.
+   */
+  async #keptStamp(record: KeyRecord): Promise<bigint | undefined> {
+    const [stored, stamp] = await this.#kv.getMany<[KeyRecord, Deno.KvU64]>([
+      keyByHash(record.hash),
+      authStampKey(record.hash),
+    ]);
+    this.#checked(stored);
+    this.#checked(stamp);
+    return stamp.versionstamp !== null &&
+        stamp.versionstamp === stored.versionstamp
+      ? counted(stamp)
+      : undefined;
   }
 
   #checked<T>(entry: Entry<T>): Entry<T> {

@@ -26,6 +26,7 @@ import type { Atomic, Check, Entries, EntryKey, KeyPart } from "../entries.ts";
 import {
   auditKey,
   AUTH_REVISION,
+  authStampKey,
   backoff,
   busy,
   counted,
@@ -214,6 +215,9 @@ async function stageRecord(batch: _Batch, record: KeyRecord): Promise<void> {
   const stored = storedRecord(record);
   await batch.set(keyById(record.id), stored);
   await batch.set(keyByHash(record.hash), stored);
+  // The import's own revision, once published (authRevisionOf); split from
+  // the record by a batch's end, it falls back to the store's.
+  await batch.set(authStampKey(record.hash), new Deno.KvU64(0n));
   for (const key of indexKeys(stored)) {
     await batch.set(key, true);
   }
@@ -325,7 +329,8 @@ class _Batch {
     // Upper bounds: UTF-8 takes at most 3 bytes per UTF-16 unit in keys,
     // and V8's serialisation at most 2 per unit of the JSON text in values.
     const keyBytes = 3 * JSON.stringify(key, bigints).length + 16;
-    const bytes = keyBytes + 2 * (JSON.stringify(value)?.length ?? 0) + 64;
+    const bytes = keyBytes +
+      2 * (JSON.stringify(value, bigints)?.length ?? 0) + 64;
     if (
       this.#mutations + 1 > BATCH_LIMITS.mutations ||
       this.#bytes + bytes > BATCH_LIMITS.bytes ||

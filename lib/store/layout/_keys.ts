@@ -10,6 +10,11 @@
  *   compare it, and every change checks it, so changes are totally ordered
  * - `["auth_revision"]` → KvU64, the revision of the last change that
  *   altered authentication
+ * - `["auth_stamps", hash]` → KvU64, the revision of the last change that
+ *   altered this key's authentication (0 for an imported key: the import's),
+ *   written in the commit that wrote the record: it counts only while its
+ *   versionstamp is the record's, so a record written without it (by 1.1,
+ *   or by hand) falls back to `["auth_revision"]`
  * - `["audit", revision]` → AuditEntry, so the log lists in the order of changes
  * - `["last_used", id]` → ISO time, `["networks", id]` → NetworkUse[],
  *   `["refused", id]` → RefusedUse[]: written apart from the record, so that
@@ -39,6 +44,7 @@ export const KEY_ID_COUNTER = ["counters", "key_id"] as const;
 /** Bumped by every change; exported for the tests that prove caches see it. */
 export const REVISION = ["revision"] as const;
 export const AUTH_REVISION = ["auth_revision"] as const;
+export const authStampKey = (hash: string): EntryKey => ["auth_stamps", hash];
 export const auditKey = (revision: bigint): EntryKey => ["audit", revision];
 export const lastUsedKey = (id: number): EntryKey => ["last_used", id];
 export const networksKey = (id: number): EntryKey => ["networks", id];
@@ -71,11 +77,42 @@ export function holdsName(record: KeyRecord): boolean {
   return record.status === "valid" && record.replacedBy === null;
 }
 
-/** Writes a record's two copies and the index entries it calls for. */
-export function putRecord(op: Atomic, record: KeyRecord): void {
+/**
+ * Writes a record's two copies and the index entries it calls for, and,
+ * when given, `authRevision`: the revision of the last change that altered
+ * its authentication, which a cache miss waits for (`findByHashAt`).
+ */
+export function putRecord(
+  op: Atomic,
+  record: KeyRecord,
+  options: { authRevision?: bigint } = {},
+): void {
   const stored = storedRecord(record);
   op.set(keyById(record.id), stored).set(keyByHash(record.hash), stored);
   for (const key of indexKeys(stored)) op.set(key, true);
+  if (options.authRevision !== undefined) {
+    op.set(authStampKey(record.hash), new Deno.KvU64(options.authRevision));
+  }
+}
+
+/**
+ * The revision a reader of a record waits for: its stamp, when written with
+ * it (the same versionstamp) and no older than the last import, else the
+ * store's last authentication change.
+ */
+export function authRevisionOf(
+  record: Entry<unknown>,
+  stamp: Entry<Deno.KvU64>,
+  store: { auth: Entry<Deno.KvU64>; imported: Entry<Deno.KvU64> },
+): bigint {
+  if (
+    stamp.versionstamp === null || stamp.versionstamp !== record.versionstamp
+  ) {
+    return counted(store.auth);
+  }
+  const own = counted(stamp);
+  const imported = counted(store.imported);
+  return own > imported ? own : imported;
 }
 
 /** The index entries a record calls for (none once it is revoked). */

@@ -28,6 +28,8 @@ import { abortIn, importIn } from "./_import.ts";
 import {
   auditKey,
   AUTH_REVISION,
+  authRevisionOf,
+  authStampKey,
   busy,
   counted,
   dueKey,
@@ -111,13 +113,26 @@ export class EntryBackend implements StoreBackend {
   > {
     // getMany reads one snapshot: the record is exactly as of that
     // revision, and the import marker tells whether it may be used at all.
-    const [revision, auth, marker, record] = await this.#kv.getMany<
-      [Deno.KvU64, Deno.KvU64, unknown, KeyRecord]
-    >([REVISION, AUTH_REVISION, IMPORTING, keyByHash(hash)]);
+    const [revision, auth, imported, marker, record, stamp] = await this.#kv
+      .getMany<
+        [Deno.KvU64, Deno.KvU64, Deno.KvU64, unknown, KeyRecord, Deno.KvU64]
+      >([
+        REVISION,
+        AUTH_REVISION,
+        IMPORT_REVISION,
+        IMPORTING,
+        keyByHash(hash),
+        authStampKey(hash),
+      ]);
+    const found = marker.value === null ? record.value : null;
     return {
       revision: counted(revision),
-      authRevision: counted(auth),
-      record: marker.value === null ? record.value : null,
+      // The key's own last change, not the store's: a change to another
+      // key leaves nothing of this one for a server to drop.
+      authRevision: found === null
+        ? counted(auth)
+        : authRevisionOf(record, stamp, { auth, imported }),
+      record: found,
     };
   }
 
