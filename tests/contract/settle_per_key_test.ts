@@ -7,6 +7,8 @@
  */
 
 import assert from "node:assert/strict";
+import fc from "fast-check";
+import { StoreInputError } from "../../lib/store/errors.ts";
 import { generateApiKey } from "../../lib/auth/api_key.ts";
 import { KeyLookup } from "../../lib/auth/key_lookup.ts";
 import { Lease, LEASE_MS } from "../../lib/auth/lease.ts";
@@ -352,6 +354,126 @@ function contract(label: string, openShared: () => Promise<Shared>): void {
     }
   });
 
+  test("property: whatever the changes, a key's authRevision moves to the change's revision exactly when that change altered its record, and never for a usage note", async (shared) => {
+    const store = await shared.open();
+    let names = 0;
+    const op = fc.record({
+      kind: fc.constantFrom(
+        "create",
+        "revoke",
+        "allowFrom",
+        "rate",
+        "rotate",
+        "overlap",
+        "firstUse",
+        "retire",
+        "expose",
+        "network",
+      ),
+      key: fc.nat(),
+      on: fc.boolean(),
+    });
+    try {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(op, { minLength: 1, maxLength: 10 }),
+          async (ops) => {
+            const keys: { id: number; hash: string }[] = [];
+            const create = async () => {
+              const made = fresh(`p${names++}`);
+              const record = await store.create(made.input, ACTOR_OPTIONS);
+              keys.push({ id: record.id, hash: record.hash });
+            };
+            await create();
+            await create();
+            for (const { kind, key, on } of ops) {
+              const before = await readAll(store, keys);
+              const { id } = keys[key % keys.length];
+              const known = keys.length;
+              const overlapUntil = new Date(Date.now() + 3_600_000)
+                .toISOString();
+              try {
+                if (kind === "create") await create();
+                else if (kind === "revoke") {
+                  await store.revoke(id, ACTOR_OPTIONS);
+                } else if (kind === "allowFrom") {
+                  await store.setAllowFrom(
+                    id,
+                    on ? ["10.0.0.0/8"] : null,
+                    ACTOR_OPTIONS,
+                  );
+                } else if (kind === "rate") {
+                  await store.setRateLimit(
+                    id,
+                    on ? { count: 10, windowSeconds: 60 } : null,
+                    ACTOR_OPTIONS,
+                  );
+                } else if (kind === "retire") {
+                  await store.retire(id, {
+                    actor: "server",
+                    cause: "first_use",
+                  });
+                } else if (kind === "expose") {
+                  await store.markExposed(id, {
+                    actor: "server",
+                    from: "192.0.2.1",
+                    source: on ? "report" : "url",
+                  });
+                } else if (kind === "network") {
+                  await store.recordNetworkUses([
+                    {
+                      id,
+                      network: `198.51.${names % 250}.0/24`,
+                      at: new Date(),
+                    },
+                  ]);
+                } else {
+                  const next = fresh("unused");
+                  const { created } = await store.rotate(id, next.input, {
+                    ...ACTOR_OPTIONS,
+                    ...(kind === "rotate"
+                      ? {}
+                      : { overlapUntil, untilFirstUse: kind === "firstUse" }),
+                  });
+                  keys.push({ id: created.id, hash: created.hash });
+                }
+              } catch (error) {
+                if (!(error instanceof StoreInputError)) throw error;
+              }
+              const now = (await store.findByHashAt(fresh("none").input.hash))
+                .authRevision;
+              const after = await readAll(store, keys);
+              keys.forEach(({ id }, i) => {
+                const was = before[i];
+                const is = after[i];
+                if (i >= known) {
+                  assert.equal(is.authRevision, now, `new key ${id} (${kind})`);
+                } else if (was.record !== is.record) {
+                  assert.equal(
+                    is.authRevision,
+                    now,
+                    `key ${id} changed (${kind})`,
+                  );
+                } else {
+                  assert.equal(
+                    is.authRevision,
+                    was.authRevision,
+                    `key ${id} unchanged by ${kind} of key ${
+                      keys[key % known].id
+                    }`,
+                  );
+                }
+              });
+            }
+          },
+        ),
+        { numRuns: 25 },
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
   test("a record written without its stamp (as version 1.1 writes one) is waited for at the store's last authentication change", async (shared) => {
     const raw = await shared.open();
     try {
@@ -402,6 +524,23 @@ function waitingStore(raw: KeyService) {
     },
   });
   return { store, reads: () => reads, removals: () => removals };
+}
+
+/**
+ * Each key's record as a request reads it (what authenticates: not its
+ * first exposure) and its authRevision, in the order of `keys`.
+ */
+async function readAll(
+  store: KeyStore,
+  keys: { hash: string }[],
+): Promise<{ record: string; authRevision: bigint }[]> {
+  const read = [];
+  for (const { hash } of keys) {
+    const { record, authRevision } = await store.findByHashAt(hash);
+    const { exposedAt: _at, exposedFrom: _from, ...rest } = record!;
+    read.push({ record: JSON.stringify(rest), authRevision });
+  }
+  return read;
 }
 
 /** One KV file opened by each store apart, as processes do. */
