@@ -211,11 +211,16 @@ Deno.test("/metrics is not served on the integrators' port, and its own listener
     const onService = await fetch(`${server.url}/metrics`);
     assert.equal(onService.status, 404);
     assert.ok(!(await onService.text()).includes("integration_"));
-    // Only GET /metrics on its own listener.
-    for (const [path, method] of [["/", "GET"], ["/metrics", "POST"]]) {
+    // Only /metrics on its own listener, and only GET or HEAD there.
+    for (
+      const [path, method, status] of [
+        ["/", "GET", 404],
+        ["/metrics", "POST", 405],
+      ] as const
+    ) {
       const other = await fetch(url.origin + path, { method });
       await other.body?.cancel();
-      assert.equal(other.status, 404, `${method} ${path}`);
+      assert.equal(other.status, status, `${method} ${path}`);
     }
     await scrape(metrics);
   } finally {
