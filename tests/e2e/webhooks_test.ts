@@ -107,6 +107,20 @@ function hasAll(receiver: Receiver, wanted: Record<string, number>): boolean {
   return Object.entries(wanted).every(([type, n]) => (got[type] ?? 0) >= n);
 }
 
+/** Waits until `receiver` has `wanted`; a failure says what it had. */
+async function untilReceived(
+  receiver: Receiver,
+  wanted: Record<string, number>,
+  what: string,
+): Promise<void> {
+  try {
+    await until(() => hasAll(receiver, wanted), what);
+  } catch (error) {
+    const had = JSON.stringify(counts(receiver));
+    throw new Error(`${(error as Error).message}; received ${had}`);
+  }
+}
+
 async function scenario(store: Env): Promise<void> {
   using dir = tempDir();
   const cwd = dir.path;
@@ -182,7 +196,7 @@ async function scenario(store: Env): Promise<void> {
       "key.rate_limited": 1,
       "key.exposed": 1,
     };
-    await until(() => hasAll(all, untilNow), "the first events");
+    await untilReceived(all, untilNow, "the first events");
     // Anyone may report a key found in the open: exposed, and revoked.
     const report = await fetch(`${one.url}/api/v1/keys/leaked`, {
       method: "POST",
@@ -191,8 +205,9 @@ async function scenario(store: Env): Promise<void> {
     });
     assert.equal(report.status, 202);
     await report.body?.cancel();
-    await until(
-      () => hasAll(all, { "key.exposed": 2, "key.revoked": 1 }),
+    await untilReceived(
+      all,
+      { "key.exposed": 2, "key.revoked": 1 },
       "the report's events",
     );
     const reported = all.received.filter((r) =>
@@ -237,7 +252,7 @@ async function scenario(store: Env): Promise<void> {
         (await deliveries(cwd, env)).every((d) => d.state === "delivered"),
       "the revocation sent again by the other server",
     );
-    await until(() => hasAll(all, EVERY_EVENT), "every event");
+    await untilReceived(all, EVERY_EVENT, "every event");
   } finally {
     all.release(503);
     await one.stop();
