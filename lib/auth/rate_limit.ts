@@ -287,7 +287,7 @@ export class RateLimiter {
    * as what lies in the window only leaves it and each accept needs room.
    */
   used(keyId: number): number {
-    const counter = this.#counters.get(keyId);
+    const counter = this.#counted(keyId);
     if (counter === undefined) return 0;
     this.#prune(counter, this.#now());
     return counter.total;
@@ -295,11 +295,22 @@ export class RateLimiter {
 
   /** Milliseconds until `keyId` has room under `share` (0: room now). */
   freesInMs(keyId: number, share: number): number {
-    const counter = this.#counters.get(keyId);
+    const counter = this.#counted(keyId);
     if (counter === undefined) return 0;
     const now = this.#now();
     this.#prune(counter, now);
     return counter.total < share ? 0 : this.#freedMs(counter, now, share);
+  }
+
+  /**
+   * What counts for `keyId`: a line's counter not made here yet (no key of
+   * the line reached this server since its rotation) is its first key's own
+   * log, which it would start from, so a server never reports (and lends)
+   * room the line has used; once made, it holds that log and more.
+   */
+  #counted(keyId: number): Counter | undefined {
+    const counter = this.#counters.get(keyId);
+    return counter ?? (keyId < 0 ? this.#counters.get(-keyId) : undefined);
   }
 
   /** Drops the entries that have left the window. */

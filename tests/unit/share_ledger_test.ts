@@ -13,7 +13,11 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { RateLimiter } from "../../lib/auth/rate_limit.ts";
+import {
+  lineCounter,
+  lineLimit,
+  RateLimiter,
+} from "../../lib/auth/rate_limit.ts";
 import { shareOf } from "../../lib/auth/peers.ts";
 import {
   refusal,
@@ -679,4 +683,72 @@ Deno.test("share records on a store's entries: written only over the version rea
   } finally {
     kv.close();
   }
+});
+
+/**
+ * One request of key `id` (of the line whose first key is `root`, or none)
+ * on `server`, as the API-key step takes it (authenticate.ts `take`/`held`):
+ * both counts, each counter waited on at most once, one retry after.
+ */
+async function sendKey(
+  server: Server,
+  { id, root, limit }: { id: number; root: number | null; limit: RateLimit },
+  clock: Clock,
+): Promise<boolean> {
+  const { ledger, limiter } = server;
+  const take = () =>
+    root === null
+      ? limiter.take(id, limit, ledger.place(limit, id))
+      : limiter.take(id, limit, {
+        ...ledger.place(limit, id),
+        line: {
+          root,
+          ...ledger.place(lineLimit(limit), lineCounter(root)),
+        },
+      });
+  let last = take();
+  const waited = new Set<number>();
+  while (!last.ok) {
+    const line = root !== null && last.lineFull === true;
+    const counter = line ? lineCounter(root) : id;
+    if (waited.has(counter)) break;
+    waited.add(counter);
+    const counted = line ? lineLimit(limit) : limit;
+    const accepted = await settled(
+      ledger.wait(counter, counted, () => (last = take()).ok),
+      clock,
+    );
+    if (!accepted) last = take();
+  }
+  return last.ok;
+}
+
+Deno.test("a rotation line on two servers: the first key used up on one, three chained successors on the other, accepts at most 2L in the window (the first server's line share counts its first key's log before any line key reached it)", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const [a, b] = installation(2, clock, store);
+  polling(clock, () => [a, b]);
+  const limit = { count: 5, windowSeconds: 60 };
+  const untilRefused = async (
+    server: Server,
+    id: number,
+    root: number | null,
+  ) => {
+    let accepted = 0;
+    while (accepted < 20 && await sendKey(server, { id, root, limit }, clock)) {
+      accepted++;
+      await clock.moveTo(clock.ms + 10);
+    }
+    return accepted;
+  };
+  // K1 (id 1) before any rotation, on a: its whole 5, a borrowing b's share.
+  const counts = [await untilRefused(a, 1, null)];
+  assert.equal(counts[0], 5);
+  // Then rotated three times, each new key (ids 2 to 4, line of 1) on b.
+  for (const id of [2, 3, 4]) counts.push(await untilRefused(b, id, 1));
+  const total = counts.reduce((sum, n) => sum + n, 0);
+  assert.ok(clock.ms < 60_000, "all within one window");
+  assert.ok(total <= 2 * limit.count, `accepted ${counts.join(" + ")}`);
+  // a never lent the line room its first key had used.
+  assert.equal(a.limiter.used(lineCounter(1)), 5);
 });
