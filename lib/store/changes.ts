@@ -25,7 +25,9 @@ import {
   newRecord,
   normalizeEmail,
   normalizeName,
+  overlapPartner,
   overlappedPredecessor,
+  partnerId,
   revokedRecord,
   rotation,
 } from "./records.ts";
@@ -229,30 +231,47 @@ export async function restrictKey(
 }
 
 /**
- * Sets (or with null lifts) key `id`'s rate limit. It alters what a request
- * gets, so it is an authentication change: every server drops the cached
- * record before it returns, and applies the new limit from the next request.
+ * Sets (or with null lifts) key `id`'s rate limit, and its line partner's:
+ * a line has one limit. The partner is the other key of its rotation still
+ * valid in an overlap (its replacement, or the key it replaced), whose
+ * requests count on the line with this key's; left at its own limit, the
+ * line's would be sized from whichever key asks, and one key's traffic
+ * could spend the other's budget. It alters what a request gets, so it is
+ * an authentication change: every server drops the cached records before
+ * it returns, and applies the new limit from the next request.
  */
 export async function limitKey(
   draft: Authenticating,
   id: number,
   options: ChangeOptions & { rateLimit: RateLimit | null },
-): Promise<{ record: KeyRecord; changed: boolean }> {
+): Promise<{ record: KeyRecord; changed: boolean; partner: KeyRecord | null }> {
   const wanted = checkedRateLimit(options.rateLimit);
   const current = await stored(draft, id);
-  const record = { ...current, rateLimit: wanted };
-  // Both in their stored shape, fields in one order.
-  if (JSON.stringify(current.rateLimit) === JSON.stringify(wanted)) {
-    return { record, changed: false };
+  const other = partnerId(current);
+  const found = overlapPartner(
+    current,
+    other === null ? null : await draft.get(other),
+    draft.at.getTime(),
+  );
+  const records = [current, ...(found === null ? [] : [found])];
+  let partner: KeyRecord | null = null;
+  // A partner at another limit (a 1.1 or imported line) is a change too.
+  let changed = false;
+  for (const each of records) {
+    // Both in their stored shape, fields in one order.
+    if (JSON.stringify(each.rateLimit) === JSON.stringify(wanted)) continue;
+    const record = { ...each, rateLimit: wanted };
+    draft.update(record);
+    draft.audit({
+      action: "rate_limit",
+      keyId: each.id,
+      actor: options.actor,
+      detail: rateLimitDetail(wanted),
+    });
+    changed = true;
+    if (each !== current) partner = record;
   }
-  draft.update(record);
-  draft.audit({
-    action: "rate_limit",
-    keyId: id,
-    actor: options.actor,
-    detail: rateLimitDetail(wanted),
-  });
-  return { record, changed: true };
+  return { record: { ...current, rateLimit: wanted }, changed, partner };
 }
 
 /** A limit in its stored shape; one out of range is refused, never dropped. */

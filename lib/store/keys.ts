@@ -220,7 +220,9 @@ export class KeyService implements KeyStore {
     id: number,
     rateLimit: RateLimit | null,
     options: ChangeOptions,
-  ): Promise<{ record: KeyRecord; changed: boolean }> {
+  ): Promise<
+    { record: KeyRecord; changed: boolean; partner: KeyRecord | null }
+  > {
     return this.#authenticating(
       "setRateLimit",
       (draft) => limitKey(draft, id, { ...options, rateLimit }),

@@ -10,7 +10,7 @@ import {
   hasControlCharacters,
 } from "../util/control_characters.ts";
 import { InvalidFieldError } from "./errors.ts";
-import { expiryMs } from "./expiry.ts";
+import { expiryMs, recordAt } from "./expiry.ts";
 import type {
   AuditEntry,
   ExportItem,
@@ -302,6 +302,29 @@ export function overlappedPredecessor(
       predecessor.replacedBy === current.id
     ? predecessor
     : null;
+}
+
+/**
+ * The other key of `record`'s rotation line that works at `now`, in the
+ * overlap of the rotation between them, given `other` as read by
+ * {@linkcode partnerId}; else null. Both share one rate limit (`limitKey`).
+ */
+export function overlapPartner(
+  record: KeyRecord,
+  other: KeyRecord | null,
+  now: number,
+): KeyRecord | null {
+  if (other === null || recordAt(record, now).status !== "valid") return null;
+  const linked = other.rotatedFrom === record.id ||
+    other.replacedBy === record.id;
+  return linked && recordAt(other, now).status === "valid" ? other : null;
+}
+
+/** The key to read for {@linkcode overlapPartner}: the replacement, else the predecessor. */
+export function partnerId(
+  record: Pick<KeyRecord, "replacedBy" | "rotatedFrom">,
+): number | null {
+  return record.replacedBy ?? record.rotatedFrom;
 }
 
 /** The record without its hash, as the console shows it. */

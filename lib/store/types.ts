@@ -352,12 +352,19 @@ export interface KeyStore extends InstanceRegistry {
     allowFrom: string[] | null,
     options: ChangeOptions,
   ): Promise<{ record: KeyRecord; changed: boolean }>;
-  /** Sets (null: lifts) a rate limit, audited; returns once every server dropped the cached record. */
+  /**
+   * Sets (null: lifts) a rate limit, audited, on the key and on `partner`, the
+   * other key of its rotation line still valid in an overlap (a line has one
+   * limit; null when none, or it had that limit already); returns once every
+   * server dropped the cached records.
+   */
   setRateLimit(
     id: number,
     rateLimit: RateLimit | null,
     options: ChangeOptions,
-  ): Promise<{ record: KeyRecord; changed: boolean }>;
+  ): Promise<
+    { record: KeyRecord; changed: boolean; partner: KeyRecord | null }
+  >;
   /**
    * Merges network uses into each key's bounded list, apart from the record;
    * new networks are audited (`network`), moving the revision, and returned.

@@ -789,6 +789,70 @@ export function storeContract(label: string, open: OpenEmptyStore): void {
     );
   });
 
+  test("setRateLimit() on a key of a rotation in its overlap sets both keys in one change, one audit line each; a retired or revoked predecessor is left as it is", async (store) => {
+    const limit = { count: 10, windowSeconds: 60 };
+    const first = await store.create({ ...input("a"), rateLimit: limit }, {
+      actor: ACTOR,
+    });
+    const until = new Date(Date.now() + 3_600_000).toISOString();
+    const { created } = await store.rotate(first.id, generateApiKey(), {
+      actor: ACTOR,
+      overlapUntil: until,
+    });
+    // From the new key: the old one, still working, follows.
+    const down = await store.setRateLimit(created.id, {
+      count: 5,
+      windowSeconds: 60,
+    }, { actor: ACTOR });
+    assert.equal(down.changed, true);
+    assert.equal(down.partner?.id, first.id);
+    // One change: both records carry its revision.
+    const [a, b] = await Promise.all(
+      [first.hash, created.hash].map((hash) => store.findByHashAt(hash)),
+    );
+    assert.equal(a.authRevision, b.authRevision);
+    for (const id of [first.id, created.id]) {
+      assert.deepEqual((await store.get(id))?.rateLimit, {
+        count: 5,
+        windowSeconds: 60,
+      });
+      const lines = (await collect(store.audit({ keyId: id })))
+        .filter((e) => e.action === "rate_limit").map((e) => e.detail);
+      assert.deepEqual(lines, ["5 requests per 60 s"]);
+    }
+    // From the old key: the new one follows.
+    const up = await store.setRateLimit(first.id, null, { actor: ACTOR });
+    assert.equal(up.partner?.id, created.id);
+    assert.equal((await store.get(created.id))?.rateLimit, null);
+    // A partner already at that limit is no change.
+    const same = await store.setRateLimit(first.id, null, { actor: ACTOR });
+    assert.equal(same.changed, false);
+    assert.equal(same.partner, null);
+    // Rotated again, the first key is retired: the line's other working
+    // key is the newest, not the first.
+    const next = await store.rotate(created.id, generateApiKey(), {
+      actor: ACTOR,
+      overlapUntil: until,
+    });
+    const third = await store.setRateLimit(next.created.id, limit, {
+      actor: ACTOR,
+    });
+    assert.equal(third.partner?.id, created.id);
+    assert.equal((await store.get(first.id))?.rateLimit, null);
+    // Revoked at once, the old key is no partner.
+    const plain = await store.create({ ...input("b"), rateLimit: limit }, {
+      actor: ACTOR,
+    });
+    const done = await store.rotate(plain.id, generateApiKey(), {
+      actor: ACTOR,
+    });
+    const alone = await store.setRateLimit(done.created.id, null, {
+      actor: ACTOR,
+    });
+    assert.equal(alone.partner, null);
+    assert.deepEqual((await store.get(plain.id))?.rateLimit, limit);
+  });
+
   test("create() with a rate limit stores it, says so in the audit, and rotate() hands it to the replacement", async (store) => {
     const key = await store.create({
       ...input("a"),
