@@ -11,21 +11,29 @@ import { state } from "./outcome.ts";
 /** Below this share of the quota left, the check warns. */
 export const LOW_BUDGET_SHARE = 0.1;
 
-/** The budget both fields describe; null when either is absent or not as the service writes it. */
+/**
+ * The budget both fields describe: the policy `RateLimit` names (`"key"`,
+ * or `"line"` for a rotated key whose line binds), with its quota from
+ * `RateLimit-Policy`; null when either is absent or not as the service writes it.
+ */
 export function readRateBudget(headers: Headers): RateBudget | null {
-  const policy = /^"key";q=(\d{1,10});w=(\d{1,6})$/.exec(
-    headers.get("ratelimit-policy")?.trim() ?? "",
-  );
-  const left = /^"key";r=(\d{1,12});t=(\d{1,7})$/.exec(
+  const left = /^"(key|line)";r=(\d{1,12});t=(\d{1,7})$/.exec(
     headers.get("ratelimit")?.trim() ?? "",
   );
-  if (policy === null || left === null) return null;
-  return {
-    quota: Number(policy[1]),
-    windowSeconds: Number(policy[2]),
-    remaining: Number(left[1]),
-    resetSeconds: Number(left[2]),
-  };
+  if (left === null) return null;
+  const policies = (headers.get("ratelimit-policy") ?? "").split(",");
+  for (const text of policies) {
+    const policy = /^"(key|line)";q=(\d{1,10});w=(\d{1,6})$/.exec(text.trim());
+    if (policy === null) return null;
+    if (policy[1] !== left[1]) continue;
+    return {
+      quota: Number(policy[2]),
+      windowSeconds: Number(policy[3]),
+      remaining: Number(left[2]),
+      resetSeconds: Number(left[3]),
+    };
+  }
+  return null;
 }
 
 /**

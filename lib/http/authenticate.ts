@@ -38,7 +38,7 @@ import {
 } from "../auth/rate_limit.ts";
 import type { Peers } from "../auth/peers.ts";
 import { refusal, type ShareLedger } from "../auth/share_ledger.ts";
-import { rateLimitHeaders } from "./rate_limit_headers.ts";
+import { type LineState, rateLimitHeaders } from "./rate_limit_headers.ts";
 import { StoreUnavailableError } from "../store/errors.ts";
 import type { KeyRecord, KeyStore } from "../store/types.ts";
 import { lineRoot } from "../store/records.ts";
@@ -66,6 +66,18 @@ export type AuthDecision =
     headers?: [string, string][];
   }
   | { ok: false; response: Response };
+
+/** Line keys whose limit is kept for `overLimit`: a forgotten one is spared nothing. */
+const MAX_LINE_LIMITS = 10_000;
+
+/** A request counted (or refused) by `take`, and its line's state for the headers. */
+type Taken = {
+  decision: RateDecision;
+  /** The line's first key; null for a key never rotated. */
+  root: number | null;
+  /** `limit` as the headers state it; `counted` as shares are placed by. */
+  line: (LineState & { counted: RateLimit }) | null;
+};
 
 export interface AuthenticatorOptions {
   lockout?: LockoutTracker;
@@ -137,6 +149,8 @@ export function createAuthenticator(
       error: error instanceof Error ? error.name : typeof error,
     });
   const retirements = new Retirements(store, { background, onError: logError });
+  /** Each line key's count as it last took here, for `overLimit`. */
+  const lineLimits = new Map<number, number>();
 
   return {
     check(request, context) {
@@ -176,31 +190,79 @@ export function createAuthenticator(
     const limit = record.rateLimit;
     if (limit === null) return admit(record, { client, route });
     // After every check of the key: only a valid key's request counts.
-    const root = lineRoot(record);
-    const decision = take(record.id, limit, root);
-    if (decision.ok || shares === undefined) {
-      return rated(record, { client, route }, decision);
+    const taken = take(record, limit);
+    if (taken.decision.ok || shares === undefined) {
+      return rated(record, { client, route }, taken);
     }
-    return held(record, { client, route }, { root, decision });
+    return held(record, { client, route }, taken);
   }
 
   /**
-   * One request of key `id` against its own count and, for a key of a
-   * rotation line, its line's (first key `root`, 2L). A rotation's two keys
-   * count apart, or whoever holds the old (often leaked) key could keep the
-   * new one refused; the line count keeps the line within 2L.
+   * One request of `record` against its own count and, for a key of a
+   * rotation line, its line's (first key `lineRoot`, 2L). A rotation's two
+   * keys count apart, or whoever holds the old (often leaked) key could keep
+   * the new one refused; the line count keeps the line within 2L.
    */
-  function take(
-    id: number,
-    limit: RateLimit,
-    root: number | null,
-  ): RateDecision {
-    if (root === null) return limiter.take(id, limit, place(limit, id));
-    const line = lineLimit(limit);
-    return limiter.take(id, limit, {
-      ...place(limit, id),
-      line: { root, ...place(line, lineCounter(root)) },
+  function take(record: KeyRecord, limit: RateLimit): Taken {
+    const id = record.id;
+    const root = lineRoot(record);
+    const own = place(limit, id);
+    if (root === null) {
+      return { decision: limiter.take(id, limit, own), root, line: null };
+    }
+    const counted = lineLimit(limit);
+    const spared = overLimit(record, limit);
+    // Only a line whose keys' limits differ (1.1, imported) spares any.
+    const line = spared === 0 ? counted : {
+      count: counted.count + spared,
+      windowSeconds: limit.windowSeconds,
+    };
+    const shared = place(counted, lineCounter(root));
+    const decision = limiter.take(id, limit, {
+      ...own,
+      line: { root, share: shared.share + spared, scale: shared.scale },
     });
+    // The line binds when it refused the request, or has less left.
+    const keyLeft = Math.max(0, Math.floor(own.share) - limiter.used(id)) *
+      own.scale;
+    const binds = decision.lineFull === true ||
+      (decision.ok && decision.remaining < keyLeft);
+    return { decision, root, line: { limit: line, counted, binds } };
+  }
+
+  /**
+   * What the line's other keys linked to `record` have accepted here past
+   * `limit`, for those last seen here at a larger limit: 0 on a line of one
+   * limit. A key's line is 2L of its own limit L; a line whose keys' limits
+   * differ (written by 1.1, or imported) would let a key of a larger limit
+   * fill the line of a smaller one and refuse a key that has used none of
+   * its own. So another key's requests count on the asking key's line up to
+   * L each: one key's traffic never spends the other's own budget, and the
+   * line still accepts at most twice its largest limit in any window.
+   */
+  function overLimit(record: KeyRecord, limit: RateLimit): number {
+    seenLimit(record.id, limit);
+    let spared = 0;
+    const ids = [lineRoot(record), record.rotatedFrom, record.replacedBy];
+    for (let i = 0; i < ids.length; i++) {
+      const other = ids[i];
+      if (other === null || other === record.id || ids.indexOf(other) < i) {
+        continue;
+      }
+      if ((lineLimits.get(other) ?? 0) <= limit.count) continue;
+      spared += Math.max(0, limiter.used(other) - limit.count);
+    }
+    return spared;
+  }
+
+  /** Notes the limit a line key took with here; the oldest note goes past the bound. */
+  function seenLimit(id: number, limit: RateLimit): void {
+    if (lineLimits.get(id) === limit.count) return;
+    lineLimits.delete(id);
+    if (lineLimits.size >= MAX_LINE_LIMITS) {
+      lineLimits.delete(lineLimits.keys().next().value!);
+    }
+    lineLimits.set(id, limit.count);
   }
 
   /**
@@ -211,28 +273,31 @@ export function createAuthenticator(
   async function held(
     record: KeyRecord,
     { client, route }: { client: string; route: string },
-    { root, decision }: { root: number | null; decision: RateDecision },
+    first: Taken,
   ): Promise<AuthDecision> {
     const limit = record.rateLimit!;
-    let last = decision;
-    const retry = () => (last = take(record.id, limit, root)).ok;
+    const { root } = first;
+    let last = first;
+    const retry = () => (last = take(record, limit)).decision.ok;
     const waited = new Set<number>();
-    while (!last.ok) {
-      const line = root !== null && last.lineFull === true;
+    while (!last.decision.ok) {
+      const line = root !== null && last.decision.lineFull === true;
       const counter = line ? lineCounter(root) : record.id;
       if (waited.has(counter)) break;
       waited.add(counter);
-      const counted = line ? lineLimit(limit) : limit;
+      const counted = line ? last.line!.counted : limit;
       // Tried once more at the end: the window may have let one go since
       // the last poll, and the refusal's Retry-After is counted from now.
       const accepted: boolean = await shares!.wait(counter, counted, retry);
       if (!accepted) retry();
     }
-    if (last.ok) return rated(record, { client, route }, last);
+    if (last.decision.ok) return rated(record, { client, route }, last);
     // Retry-After: when the first server could have room, not this one alone.
-    const full = root !== null && last.lineFull ? lineCounter(root) : record.id;
-    const told = refusal(last, shares!.freesInMs?.(full) ?? null);
-    return rated(record, { client, route }, told);
+    const full = root !== null && last.decision.lineFull
+      ? lineCounter(root)
+      : record.id;
+    const told = refusal(last.decision, shares!.freesInMs?.(full) ?? null);
+    return rated(record, { client, route }, { ...last, decision: told });
   }
 
   /** This server's share of a limit, and the servers it is one of. */
@@ -247,14 +312,18 @@ export function createAuthenticator(
     };
   }
 
-  /** The answer to a rate-limited key's request, as `decision` says. */
+  /** The answer to a rate-limited key's request, as `taken` says. */
   function rated(
     record: KeyRecord,
     { client, route }: { client: string; route: string },
-    decision: RateDecision,
+    { decision, line }: Taken,
   ): AuthDecision | Promise<AuthDecision> {
     const limit = record.rateLimit!;
-    const headers = rateLimitHeaders(limit, decision);
+    const headers = rateLimitHeaders(
+      limit,
+      decision,
+      line === null ? {} : { line },
+    );
     if (decision.ok) return admit(record, { client, route }, headers);
     count("rate_limited", route, record.id);
     usage?.rateLimited(record.id, limit.windowSeconds, now());
