@@ -9,6 +9,7 @@ import type { RateDecision, RateLimit } from "./rate_limit.ts";
 import { PEERS_POLL_MS, shareOf } from "./peers.ts";
 import { type ShareRecord, sumOf } from "../store/rate_shares.ts";
 import { LEASE_MARGIN_MS, LEASE_MS } from "../store/registrations.ts";
+import { StoreUnavailableError } from "../store/errors.ts";
 
 /**
  * How long a request past its share may be held, for a lease poll every
@@ -33,6 +34,36 @@ export function wantOf(record: ShareRecord, count: number): number {
   const members = Math.max(1, Object.keys(record.shares).length);
   const chunk = Math.ceil(record.limit / members);
   return Math.min(record.limit, Math.ceil(count / chunk) * chunk);
+}
+
+/**
+ * What a request held past its share meets when the wait ends with this
+ * server out of its lease (the store unreachable or paused): the outage a
+ * request within its share meets as well, never a 429.
+ */
+export function leaseLost(): StoreUnavailableError {
+  return new StoreUnavailableError(
+    "store_unavailable",
+    "The lease ended while a request past this server's share was held: no other server could be asked for room",
+  );
+}
+
+/**
+ * The servers of `record` whose registrations are gone, so whose leases
+ * have ended: not in a listing (`registered`) read after the record, which
+ * they were in before they could commit a share (`live`, the peers'
+ * listing, may be older).
+ */
+export async function goneFrom(
+  record: ShareRecord,
+  { self, live }: { self: string; live: readonly string[] },
+  registered: () => Promise<string[]>,
+): Promise<string[]> {
+  const unknown = Object.keys({ ...record.shares, ...record.wants })
+    .filter((id) => id !== self && !live.includes(id));
+  if (unknown.length === 0) return [];
+  const listed = new Set(await registered());
+  return unknown.filter((id) => !listed.has(id));
 }
 
 /** Runs `run` after `ms` on the event loop's timers; returns the cancel. */
@@ -128,8 +159,8 @@ export function answer(
 
 /**
  * When another server could first have room, on this server's clock, by
- * `record`'s answers counted from `asked` (when this server's last want
- * that cleared them began its write, so before each was given: early,
+ * `record`'s answers counted from `asked` (when this server's last write
+ * that cleared them began, so before each was given: early,
  * never late). Infinity when no other holds any; undefined when one may
  * have room now: room unclaimed, a holder silent, or no want asked.
  */
@@ -146,6 +177,25 @@ export function answeredAt(
     at = Math.min(at, asked + given);
   }
   return at;
+}
+
+/**
+ * Whether an answer in `record` has run out by this server's reckoning
+ * (counted from `asked`, as {@linkcode answeredAt} does): its server may
+ * have room, and answers again only once the answers are cleared.
+ */
+export function expired(
+  record: ShareRecord,
+  { self, asked, now }: {
+    self: string;
+    asked: number | undefined;
+    now: number;
+  },
+): boolean {
+  if (asked === undefined) return false;
+  return Object.entries(record.answers).some(([id, given]) =>
+    id !== self && asked + given <= now
+  );
 }
 
 /**

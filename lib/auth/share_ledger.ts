@@ -16,9 +16,10 @@
  * - **Lend.** Polling, a server with spare room (its share less the count
  *   in its window now) first lowers its own share, to no less than that
  *   count, then commits it: it accepts at most that in any later window.
- * - **Answer.** One with none left says when its oldest counted request
- *   leaves its window: while every holder has, the borrower refuses at
- *   once, saying when the first could have room (`answeredAt`).
+ * - **Answer.** One with none left (a borrower too) says when its oldest
+ *   counted request leaves its window, and the answer stays until then:
+ *   while every holder's holds, a request past the share is refused at
+ *   once, with no write, saying when the first could have room.
  * - **Claim.** A server with waiting requests raises its committed share by
  *   what no server holds, and accepts more only after that commit. So no
  *   window sees more than L across the servers.
@@ -37,10 +38,14 @@ import {
   type ShareStore,
   sumOf,
 } from "../store/rate_shares.ts";
+import type { StoreUnavailableError } from "../store/errors.ts";
 import {
   answer,
   answeredAt,
   evenShares,
+  expired,
+  goneFrom,
+  leaseLost,
   setTimer,
   tidyShare,
   wantOf,
@@ -78,7 +83,10 @@ export interface ShareLedgerOptions {
 type View = { record: ShareRecord; version: string; since: number };
 
 /** A request held: `attempt` tries it again, true when it was accepted. */
-type Waiter = { attempt: () => boolean; done: (accepted: boolean) => void };
+type Waiter = {
+  attempt: () => boolean;
+  done: (accepted: boolean | StoreUnavailableError) => void;
+};
 
 /** Requests held for a counter; `asked` of them covered by the last want. */
 type Waiting = {
@@ -157,6 +165,9 @@ export class ShareLedger {
    * Holds a request past the share until `attempt` accepts it (after a
    * claim, or its own requests leaving the window), every holder answers
    * it has no room, or the wait bound passes; resolves whether accepted.
+   * Rejects with StoreUnavailableError when the bound passes without a
+   * lease here: it could not lend, claim or know, so the answer is the
+   * store's outage (503), not a limit it could not judge (429).
    */
   wait(
     counter: number,
@@ -176,7 +187,7 @@ export class ShareLedger {
     const first = waiting === undefined;
     const held = waiting ?? { waiters: new Set(), asked: 0, queued: false };
     this.#waiting.set(counter, Object.assign(held, { limit }));
-    const { promise, resolve } = Promise.withResolvers<boolean>();
+    const { promise, resolve, reject } = Promise.withResolvers<boolean>();
     let cancel = () => {};
     const waiter: Waiter = {
       attempt,
@@ -186,11 +197,15 @@ export class ShareLedger {
         if (held.waiters.size === 0 && this.#waiting.get(counter) === held) {
           this.#waiting.delete(counter);
         }
-        resolve(accepted);
+        if (accepted instanceof Error) reject(accepted);
+        else resolve(accepted);
       },
     };
     held.waiters.add(waiter);
-    cancel = this.#setTimer(() => waiter.done(false), this.#waitMs());
+    cancel = this.#setTimer(() => {
+      const leased = this.#self() !== null && this.#held();
+      waiter.done(leased ? false : leaseLost());
+    }, this.#waitMs());
     // The want is written at once, and again only when it must grow.
     if ((first || held.waiters.size > held.asked) && !held.queued) {
       held.queued = true;
@@ -280,7 +295,8 @@ export class ShareLedger {
     // Held requests look past the peers' listing (a second old at most): a
     // server stopped since has left its share free (a moment's wait, not 429).
     const known = waiting ? live.filter((id) => !next.shares[id]) : live;
-    for (const id of await this.#gone(next, { self, live: known })) {
+    const listing = { self, live: known };
+    for (const id of await goneFrom(next, listing, this.#registered)) {
       delete next.shares[id];
       delete next.wants[id];
       delete next.answers[id];
@@ -294,7 +310,9 @@ export class ShareLedger {
     let raised = false;
     let lowered = false;
     let cleared = false;
-    const others = sumOf(next.wants) - (next.wants[self] ?? 0);
+    const wanted = next.wants[self] ?? 0;
+    const others = sumOf(next.wants) - wanted;
+    const asked = this.#asked.get(counter);
     if (waiting !== undefined) {
       const count = waiting.waiters.size;
       const want = wantOf(next, count);
@@ -306,34 +324,31 @@ export class ShareLedger {
         delete next.answers[self];
         raised = true;
       }
-      const before = next.wants[self] ?? 0;
       if (take < count) next.wants[self] = Math.min(next.limit, want - take);
       else delete next.wants[self];
-      // A want anew: every holder answers it afresh, after its commit.
-      cleared = (next.wants[self] ?? 0) > before;
+      // A want anew, or one an answer has run out on: every holder answers
+      // afresh, after its commit (one at its share frees only with time).
+      cleared = (next.wants[self] ?? 0) > wanted ||
+        expired(next, { self, asked, now: this.#now() });
       if (cleared) next.answers = {};
-      // Its requests held, it has no room: others' wants hear so too.
-      if (take === 0) answer(next, { self, mine, others }, frees);
+      // Its requests held, it has no room: any want hears so, its own
+      // included, so that the next one past the limit here or elsewhere
+      // finds every holder's answer and needs no write.
+      if (take === 0) answer(next, { self, mine, others: 1 }, frees);
     } else {
       delete next.wants[self];
-      const asked = sumOf(next.wants);
+      const lending = sumOf(next.wants);
       // Synchronous from here to the cap: the count cannot grow between.
       const spare = mine - this.#used(counter);
-      if (member && asked > free && spare > 0) {
-        next.shares[self] = mine - Math.min(spare, asked - free);
+      if (member && lending > free && spare > 0) {
+        next.shares[self] = mine - Math.min(spare, lending - free);
         lowered = true;
       }
       if (spare > 0) delete next.answers[self];
-      else answer(next, { self, mine, others: asked - free }, frees);
-      if (!lowered && asked === 0 && this.#idle(counter, current)) {
-        const used = mine - spare;
-        const tidied = tidyShare(counter, next, {
-          self,
-          mine,
-          free,
-          live,
-          used,
-        });
+      else answer(next, { self, mine, others: lending - free }, frees);
+      if (!lowered && lending === 0 && this.#idle(counter, current)) {
+        const place = { self, mine, free, live, used: mine - spare };
+        const tidied = tidyShare(counter, next, place);
         if (tidied === "remove") {
           return await this.#commit(counter, null, found);
         }
@@ -353,22 +368,6 @@ export class ShareLedger {
     }
     if (committed && raised) this.#retry(counter);
     return committed;
-  }
-
-  /**
-   * The servers of `record` whose registrations are gone, so whose leases
-   * have ended: not in a listing read after the record, which they were in
-   * before they could commit a share (the peers' listing may be older).
-   */
-  async #gone(
-    record: ShareRecord,
-    { self, live }: { self: string; live: readonly string[] },
-  ): Promise<string[]> {
-    const unknown = Object.keys({ ...record.shares, ...record.wants })
-      .filter((id) => id !== self && !live.includes(id));
-    if (unknown.length === 0) return [];
-    const registered = new Set(await this.#registered());
-    return unknown.filter((id) => !registered.has(id));
   }
 
   /** Commits `next` (null: removes) over `found`; keeps a lowering's cap on an unknown outcome. */

@@ -19,8 +19,9 @@ export interface ShareRecord {
   wants: Record<string, number>;
   /**
    * Holders with no room to lend, by registration id: milliseconds from
-   * their commit until their oldest counted request leaves the window. A
-   * want written anew clears them all, so each was given after it.
+   * their commit until their oldest counted request leaves the window,
+   * kept until the holder has room. A want written anew, or by a server
+   * that finds one run out, clears them all, so each was given after it.
    */
   answers: Record<string, number>;
 }

@@ -35,6 +35,7 @@ import {
 import { ShareEntries } from "../../lib/store/layout/_shares.ts";
 import type { Entries } from "../../lib/store/entries.ts";
 import type { RateLimit } from "../../lib/store/types.ts";
+import { StoreUnavailableError } from "../../lib/store/errors.ts";
 
 const POLL_MS = 100;
 const WAIT_MS = shareWaitMs(POLL_MS);
@@ -332,6 +333,7 @@ Deno.test("model: servers lending shares never accept more than the limit in any
       const accepted: number[] = [];
       const outcomes: Promise<void>[] = [];
       const refused: { sent: number; answered: number; by: number }[] = [];
+      const unavailable: { by: number; leased: boolean }[] = [];
       let at = 0;
       for (const request of run.requests) {
         at += request.gap;
@@ -344,6 +346,11 @@ Deno.test("model: servers lending shares never accept more than the limit in any
           send(server, limit, clock).then((time) => {
             if (time === null) refused.push({ sent, answered: clock.ms, by });
             else accepted.push(time);
+          }, (error) => {
+            // The outage's 503: only a server out of its lease says it.
+            assert.ok(error instanceof StoreUnavailableError, String(error));
+            const leased = server.held && !server.removed;
+            unavailable.push({ by, leased });
           }),
         );
         await settle();
@@ -360,6 +367,9 @@ Deno.test("model: servers lending shares never accept more than the limit in any
       for (const t of accepted) {
         const seen = inWindow(accepted, t, run.windowMs);
         assert.ok(seen <= run.limit, `${seen} accepted in the window to ${t}`);
+      }
+      for (const { by, leased } of unavailable) {
+        assert.ok(!leased && freeze?.server === by, "503 only without a lease");
       }
       for (const { sent, answered, by } of refused) {
         assert.ok(answered - sent <= WAIT_MS, "waited no longer than stated");
@@ -407,7 +417,8 @@ Deno.test("a server whose requests all land on it gets the whole limit once the 
 /** Moves the clock 10 ms at a time until `answer` settles (at most the wait), then gives it. */
 async function settled<T>(answer: Promise<T>, clock: Clock): Promise<T> {
   let done = false;
-  answer.finally(() => done = true);
+  const end = () => done = true;
+  answer.then(end, end);
   const until = clock.ms + WAIT_MS + POLL_MS;
   await settle();
   while (!done && clock.ms < until) await clock.moveTo(clock.ms + 10);
@@ -549,9 +560,13 @@ Deno.test("a frozen server thawed after its registration lapsed and its share wa
   assert.ok((await sixth).accepted);
   for (let i = 0; i < 4; i++) await count(a);
   assert.equal(accepted.length + 1, 10);
-  // b thaws: its lease ran out, so it holds none, as its old self...
+  // b thaws: its lease ran out, so it holds none, as its old self (held
+  // through the wait without its lease back, it answers the outage)...
   b.held = false;
-  await count(b);
+  await assert.rejects(
+    settled(timed(b, limit, clock), clock),
+    StoreUnavailableError,
+  );
   // ...registered afresh, with a lease, before its first listing...
   b.id = "server-9";
   b.held = true;
@@ -751,4 +766,94 @@ Deno.test("a rotation line on two servers: the first key used up on one, three c
   assert.ok(total <= 2 * limit.count, `accepted ${counts.join(" + ")}`);
   // a never lent the line room its first key had used.
   assert.equal(a.limiter.used(lineCounter(1)), 5);
+});
+
+Deno.test("a request held past the share while this server has no lease through the whole wait (the store paused) ends in the store's outage, StoreUnavailableError, not a refusal", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const [a, b] = installation(2, clock, store);
+  polling(clock, () => [a, b]);
+  const limit = { count: 10, windowSeconds: 60 };
+  for (let i = 0; i < 5; i++) {
+    assert.notEqual(await settled(send(a, limit, clock), clock), null);
+  }
+  // The store stops answering: no poll, no renewal; the lease ends within
+  // the wait, and stays gone to its end.
+  store.put = () => new Promise(() => {});
+  store.list = () => new Promise(() => {});
+  store.get = () => new Promise(() => {});
+  const sent = clock.ms;
+  const seen: { outcome: unknown } = { outcome: "pending" };
+  send(a, limit, clock).then(
+    (at) => seen.outcome = at,
+    (error) => seen.outcome = error,
+  );
+  await clock.moveTo(sent + 1000);
+  a.held = false;
+  await clock.moveTo(sent + WAIT_MS - 1);
+  assert.equal(seen.outcome, "pending", "held through the wait");
+  await clock.moveTo(sent + WAIT_MS + 1);
+  const outcome: unknown = seen.outcome;
+  assert.ok(outcome instanceof StoreUnavailableError, String(outcome));
+  assert.equal(outcome.code, "store_unavailable");
+});
+
+Deno.test("a request held past the share whose lease is back before the wait ends is judged as before: no outage", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const [a, b] = installation(2, clock, store);
+  polling(clock, () => [a]);
+  const limit = { count: 10, windowSeconds: 60 };
+  for (let i = 0; i < 5; i++) {
+    assert.notEqual(await settled(send(a, limit, clock), clock), null);
+  }
+  // b is silent (frozen) and a's lease lapses for a while, then is back.
+  a.held = false;
+  const answer = timed(a, limit, clock);
+  await clock.moveTo(clock.ms + 2 * POLL_MS);
+  a.held = true;
+  await clock.moveTo(clock.ms + WAIT_MS + POLL_MS);
+  assert.equal((await answer).accepted, false, "b never answered or lapsed");
+  void b;
+});
+
+Deno.test("three servers, all at their shares, each asked past its share in turn: from the second round on, every request past the limit is refused at once, without a store write (one server's new want no longer clears the answers the others rely on)", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const servers = installation(3, clock, store);
+  polling(clock, () => servers);
+  const limit = { count: 6, windowSeconds: 60 };
+  for (const server of servers) {
+    for (let i = 0; i < 2; i++) {
+      assert.notEqual(await settled(send(server, limit, clock), clock), null);
+      await clock.moveTo(clock.ms + 1000);
+    }
+  }
+  const heldMs: number[] = [];
+  for (const server of servers) {
+    const first = await settled(timed(server, limit, clock), clock);
+    assert.equal(first.accepted, false);
+    heldMs.push(first.heldMs);
+    await clock.moveTo(clock.ms + 3 * POLL_MS);
+  }
+  assert.ok(Math.max(...heldMs) <= 4 * POLL_MS, `first round ${heldMs}`);
+  let writes = 0;
+  const put = store.put.bind(store);
+  store.put = (...args) => {
+    writes++;
+    return put(...args);
+  };
+  for (let round = 2; round <= 3; round++) {
+    for (const server of servers) {
+      const before = writes;
+      const again = await settled(timed(server, limit, clock), clock);
+      assert.deepEqual(again, { accepted: false, heldMs: 0 }, `round ${round}`);
+      assert.equal(writes, before, `round ${round}: no store write`);
+      await clock.moveTo(clock.ms + 3 * POLL_MS);
+    }
+  }
+  // Once the first requests leave the window, a client is lent room again.
+  await clock.moveTo(62_000);
+  const lent = await settled(timed(servers[0], limit, clock), clock);
+  assert.ok(lent.accepted, "accepted once another server has room");
 });
