@@ -29,6 +29,7 @@ import {
   LockoutTracker,
 } from "../auth/lockout.ts";
 import { Retirements } from "../auth/retirement.ts";
+import { LineLimits } from "../auth/line_limits.ts";
 import {
   lineCounter,
   lineLimit,
@@ -66,9 +67,6 @@ export type AuthDecision =
     headers?: [string, string][];
   }
   | { ok: false; response: Response };
-
-/** Line keys whose limit is kept for `overLimit`: a forgotten one is spared nothing. */
-const MAX_LINE_LIMITS = 10_000;
 
 /** A request counted (or refused) by `take`, and its line's state for the headers. */
 type Taken = {
@@ -149,8 +147,9 @@ export function createAuthenticator(
       error: error instanceof Error ? error.name : typeof error,
     });
   const retirements = new Retirements(store, { background, onError: logError });
-  /** Each line key's count as it last took here, for `overLimit`. */
-  const lineLimits = new Map<number, number>();
+  // A line whose keys' limits differ (1.1, imported) spares what another
+  // key accepted past the asking key's limit (lib/auth/line_limits.ts).
+  const lineLimits = new LineLimits((id) => limiter.used(id));
 
   return {
     check(request, context) {
@@ -211,8 +210,7 @@ export function createAuthenticator(
       return { decision: limiter.take(id, limit, own), root, line: null };
     }
     const counted = lineLimit(limit);
-    const spared = overLimit(record, limit);
-    // Only a line whose keys' limits differ (1.1, imported) spares any.
+    const spared = lineLimits.spared(record, limit);
     const line = spared === 0 ? counted : {
       count: counted.count + spared,
       windowSeconds: limit.windowSeconds,
@@ -228,41 +226,6 @@ export function createAuthenticator(
     const binds = decision.lineFull === true ||
       (decision.ok && decision.remaining < keyLeft);
     return { decision, root, line: { limit: line, counted, binds } };
-  }
-
-  /**
-   * What the line's other keys linked to `record` have accepted here past
-   * `limit`, for those last seen here at a larger limit: 0 on a line of one
-   * limit. A key's line is 2L of its own limit L; a line whose keys' limits
-   * differ (written by 1.1, or imported) would let a key of a larger limit
-   * fill the line of a smaller one and refuse a key that has used none of
-   * its own. So another key's requests count on the asking key's line up to
-   * L each: one key's traffic never spends the other's own budget, and the
-   * line still accepts at most twice its largest limit in any window.
-   */
-  function overLimit(record: KeyRecord, limit: RateLimit): number {
-    seenLimit(record.id, limit);
-    let spared = 0;
-    const ids = [lineRoot(record), record.rotatedFrom, record.replacedBy];
-    for (let i = 0; i < ids.length; i++) {
-      const other = ids[i];
-      if (other === null || other === record.id || ids.indexOf(other) < i) {
-        continue;
-      }
-      if ((lineLimits.get(other) ?? 0) <= limit.count) continue;
-      spared += Math.max(0, limiter.used(other) - limit.count);
-    }
-    return spared;
-  }
-
-  /** Notes the limit a line key took with here; the oldest note goes past the bound. */
-  function seenLimit(id: number, limit: RateLimit): void {
-    if (lineLimits.get(id) === limit.count) return;
-    lineLimits.delete(id);
-    if (lineLimits.size >= MAX_LINE_LIMITS) {
-      lineLimits.delete(lineLimits.keys().next().value!);
-    }
-    lineLimits.set(id, limit.count);
   }
 
   /**

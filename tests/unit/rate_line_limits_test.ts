@@ -2,8 +2,8 @@
  * A rotation line whose two keys have different limits, as 1.1's `keys
  * update --rate` or an import left them (the console now sets both): each
  * key still gets its own limit whatever the other did, and the answers
- * state the line's policy beside the key's (lib/http/authenticate.ts,
- * `overLimit`; lib/http/rate_limit_headers.ts). One server, a fake clock.
+ * state the line's policy beside the key's (lib/auth/line_limits.ts,
+ * lib/http/rate_limit_headers.ts). One server, a fake clock.
  */
 
 import assert from "node:assert/strict";
