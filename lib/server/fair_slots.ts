@@ -6,7 +6,10 @@
  * Connections are grouped by address and the groups bucketed by how many
  * connections they hold, so the heaviest address is found in O(1) however
  * many connections and addresses there are; a group is dropped with its
- * last connection, so memory follows the connections open.
+ * last connection, so memory follows the connections open. Which of those
+ * addresses' connections goes is decided by accept order alone: a request
+ * or an answer buys a connection nothing, because an attacker gets those at
+ * the server's own pace, and only a new TCP connection costs it something.
  *
  * @module
  */
@@ -17,8 +20,9 @@ import { lockoutKey, normalize } from "../net/client_address.ts";
 export interface Slot<C> {
   readonly connection: C;
   /**
-   * The connection made progress: a request arrived (true), or an answer
-   * left and none is in progress (false); with HTTP/2, any stream's.
+   * A request arrived (true), or an answer left and none is in progress
+   * (false); with HTTP/2, any stream's. Only whether it is idle, and since
+   * when, follows: never its place in the cut order.
    */
   busy(busy: boolean): void;
   /** Leaves the count; again is harmless. */
@@ -27,8 +31,8 @@ export interface Slot<C> {
 
 interface _Group<C> {
   key: string;
-  /** Its connections, in a list least recent progress first: O(1) to move one to the end, unlike a Set. */
   count: number;
+  /** Its connections, oldest accept first; appended at accept, never moved. */
   first?: _Slot<C>;
   last?: _Slot<C>;
   /** Longest quiet first. */
@@ -39,8 +43,8 @@ interface _Group<C> {
 
 interface _Slot<C> extends Slot<C> {
   group: _Group<C>;
-  /** When it last made progress, in steps of the one counter. */
-  progressed: number;
+  /** When it was accepted, in steps of the one counter. */
+  accepted: number;
   open: boolean;
   prev?: _Slot<C>;
   next?: _Slot<C>;
@@ -55,14 +59,14 @@ export function slotAddress(hostname: string): string {
 export class FairSlots<C> {
   #groups = new Map<string, _Group<C>>();
   /**
-   * Every group, the heaviest first and, among those, the one whose least
-   * recent progress is oldest: a binary heap, so the pick and each change
-   * cost O(log addresses).
+   * Every group, the heaviest first and, among those, the one whose oldest
+   * connection was accepted first: a binary heap, so the pick is O(1) and
+   * an accept or a close O(log addresses); a request touches it never.
    */
   #heap: _Group<C>[] = [];
   /** `#idleByCount[n]`: the groups holding n connections with an idle one. */
   #idleByCount: Set<_Group<C>>[] = [];
-  /** Orders progress; a counter, not a clock, so no two steps tie. */
+  /** Orders accepts; a counter, not a clock, so no two tie. */
   #clock = 0;
   #size = 0;
 
@@ -70,7 +74,7 @@ export class FairSlots<C> {
     return this.#size;
   }
 
-  /** Counts a new connection, idle, under `address` (a {@linkcode slotAddress}); its accept is its first progress. */
+  /** Counts a new connection, idle, under `address` (a {@linkcode slotAddress}), as the newest accepted. */
   add(address: string, connection: C): Slot<C> {
     let group = this.#groups.get(address);
     if (!group) {
@@ -86,14 +90,10 @@ export class FairSlots<C> {
     const slot: _Slot<C> = {
       connection,
       group: owner,
-      progressed: ++this.#clock,
+      accepted: ++this.#clock,
       open: true,
       busy: (busy) => {
         if (!slot.open) return;
-        const wasFirst = owner.first === slot;
-        slot.progressed = ++this.#clock;
-        _unlink(owner, slot);
-        _append(owner, slot);
         // Re-added, so the set stays longest quiet first.
         const idleBefore = owner.idle.size > 0;
         owner.idle.delete(slot);
@@ -103,9 +103,6 @@ export class FairSlots<C> {
           if (idleBefore) idle.delete(owner);
           else idle.add(owner);
         }
-        // Per request, so the common case does no more: only a group whose
-        // first slot moved gets a later key, and can only sink.
-        if (wasFirst) this.#siftDown(owner.at);
       },
       release: () => {
         if (!slot.open) return;
@@ -130,12 +127,12 @@ export class FairSlots<C> {
   /**
    * Whom to close so that a newcomer from `address` fits when the server is
    * full. From a lighter address: of the heaviest addresses' connections,
-   * the one whose last progress (its accept, a request's head, an answer)
-   * is oldest, busy or idle; so a connection that sends its request at
-   * once and is answered soon is closed only if every other connection of
-   * those addresses progressed since it did. From a heaviest address: only
-   * an idle connection of its own, longest quiet first. Undefined: refuse
-   * the newcomer.
+   * the one accepted first, busy or idle, however many requests it made;
+   * so a connection is closed only once every other connection of those
+   * addresses was accepted after it, `MAX_CONNECTIONS` - 1 new connections
+   * within its life when each address holds one. From a heaviest address:
+   * only an idle connection of its own, longest quiet first. Undefined:
+   * refuse the newcomer.
    */
   makeRoomFor(address: string): C | undefined {
     const top = this.#heap[0];
@@ -191,7 +188,7 @@ export class FairSlots<C> {
   #before(a: _Group<C>, b: _Group<C>): boolean {
     return a.count !== b.count
       ? a.count > b.count
-      : a.first!.progressed < b.first!.progressed;
+      : a.first!.accepted < b.first!.accepted;
   }
 
   #swap(i: number, j: number): void {

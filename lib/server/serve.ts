@@ -20,7 +20,7 @@ export interface ConnectionLimits {
   headerTimeoutMs: number;
   /** For a connection with no request in progress. */
   idleTimeoutMs: number;
-  /** At the cap the busiest client address gives up the connection quiet or stalled longest. */
+  /** At the cap the busiest client address gives up the connection it opened first. */
   maxConnections: number;
   /** After answering a request whose body nobody reads, the connection lives this long, so the answer leaves but the body is not read. */
   bodyLingerMs: number;
@@ -219,8 +219,8 @@ export function serveGuarded(
     connection.slot = slots.add(address, connection);
     const wrapped: ServeHandler = (request, info) => {
       connection.inFlight++;
-      // Every request is progress: at the cap the connection quiet or
-      // stalled longest goes, not one that just sent its head.
+      // Idle or not: out of descriptors, or for a newcomer of its own
+      // address, only idle connections are closed.
       connection.slot?.busy(true);
       connection.requests++;
       // Deno reads an unread body to its end before it closes the
@@ -287,8 +287,8 @@ export function serveGuarded(
       const address = slotAddress((conn.remoteAddr as Deno.NetAddr).hostname);
       if (slots.size >= limits.maxConnections) {
         // The heaviest address pays, so none can hold every slot from others,
-        // with the connection that progressed least recently, so churn
-        // cannot aim the cut at a newcomer that sent its request at once.
+        // with the connection it opened first: requests come at the server's
+        // own pace, so only new connections can push a newcomer to the front.
         shed++;
         const room = slots.makeRoomFor(address);
         if (!room) {
