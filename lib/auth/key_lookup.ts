@@ -10,7 +10,9 @@ import { hashApiKey, isWellFormedApiKey } from "./api_key.ts";
 import { expiryMs, hasExpired } from "../store/expiry.ts";
 import type { KeyChanges, KeyRecord, KeyStore } from "../store/types.ts";
 import { KeyIndex } from "./key_index.ts";
-import { Lease } from "./lease.ts";
+import { Lease, LEASE_MS } from "./lease.ts";
+import { bounded, DeadlineError } from "../util/bounded.ts";
+import { StoreUnavailableError } from "../store/errors.ts";
 import { awaitAcknowledgement } from "../store/acknowledged.ts";
 
 /** Never shown to the caller, to whom an expired key is a revoked one. */
@@ -27,6 +29,13 @@ export type AuthResult =
   | { ok: false; reason: "expired"; record: KeyRecord };
 
 const MAX_CACHED = 100_000;
+/**
+ * The longest a request waits on the store: one lease for the read it rests
+ * on and one for the servers to acknowledge its key's last change (each of
+ * which ends within a lease by itself). Past it the store is not answering:
+ * 503, never a hang (issue 29).
+ */
+const WAIT_MS = 2 * LEASE_MS;
 // Shared, as they carry nothing of the request.
 const MISSING: AuthResult = Object.freeze({ ok: false, reason: "missing" });
 const MALFORMED: AuthResult = Object.freeze({ ok: false, reason: "malformed" });
@@ -65,13 +74,16 @@ export class KeyLookup {
    */
   #settling = new Map<bigint, Promise<void>>();
   #now: () => number;
+  #waitMs: number;
 
+  /** `waitMs`: the longest a request waits on the store, 6 s unless set (tests shorten it). */
   constructor(
     store: KeyStore,
-    options: { lease?: Lease; now?: () => number } = {},
+    options: { lease?: Lease; now?: () => number; waitMs?: number } = {},
   ) {
     this.#store = store;
     this.#now = options.now ?? Date.now;
+    this.#waitMs = options.waitMs ?? WAIT_MS;
     this.#index = new KeyIndex(store);
     this.#lease = options.lease ?? new Lease(store);
     this.#lease.subscribe((changes) => this.#apply(changes));
@@ -100,15 +112,34 @@ export class KeyLookup {
    * whatever its shape.
    */
   byHash(hash: string): AuthResult | Promise<AuthResult> {
-    if (!this.#lease.held) return this.#authenticateLate(hash);
+    if (!this.#lease.held) return this.#bounded(this.#authenticateLate(hash));
     // An invented key stops here, at the cost of a hash and a Set lookup.
     const known = this.#index.mayExist(hash, this.#lease.applied);
     if (known === false) return UNKNOWN;
-    if (known !== true) return this.#authenticateLate(hash, known);
+    if (known !== true) {
+      return this.#bounded(this.#authenticateLate(hash, known));
+    }
     const found = this.#cache.get(hash);
     return found === undefined
-      ? this.#read(hash).then((read) => this.#judge(read))
+      ? this.#bounded(this.#read(hash).then((read) => this.#judge(read)))
       : this.#judge(found);
+  }
+
+  /**
+   * Every store wait of a request, cut at `#waitMs` as an outage: a store
+   * call that blocks instead of failing (a KV file another process froze
+   * mid-write) must not hold requests. Only waiting requests pay for the
+   * timer; the work goes on, and caches nothing a drop made stale.
+   */
+  #bounded(work: Promise<AuthResult>): Promise<AuthResult> {
+    return bounded(work, this.#waitMs).catch((error) => {
+      if (!(error instanceof DeadlineError)) throw error;
+      throw new StoreUnavailableError(
+        "store_unavailable",
+        "The key store did not answer in time",
+        { cause: error },
+      );
+    });
   }
 
   /** The same steps once the lease or the index had to catch up first. */

@@ -21,6 +21,8 @@
 import { LEASE_MS } from "../store/registrations.ts";
 export { LEASE_MS };
 import { Coalesced } from "../util/coalesce.ts";
+import { bounded, DeadlineError } from "../util/bounded.ts";
+import { StoreUnavailableError } from "../store/errors.ts";
 import { VERSION } from "../util/version.ts";
 import type {
   InstanceInfo,
@@ -44,6 +46,11 @@ export interface LeaseOptions {
    * half lease) for `keys status`: never a write of its own.
    */
   figures?: () => ServerFigures;
+  /**
+   * How long a catch-up read may take before it fails as an outage: one
+   * {@linkcode LEASE_MS} unless set (tests shorten it).
+   */
+  readTimeoutMs?: number;
 }
 
 export type ApplyChanges = (changes: KeyChanges) => Promise<void> | void;
@@ -76,6 +83,7 @@ export class Lease {
   #again = false;
   #unlisten: (() => Promise<void>) | null = null;
   #lost = false;
+  #readTimeoutMs: number;
 
   constructor(store: InstanceRegistry, options: LeaseOptions = {}) {
     this.#store = store;
@@ -90,7 +98,8 @@ export class Lease {
     this.#pollMs = options.pollMs;
     this.#log = options.log;
     this.#figures = options.figures;
-    this.#sync = new Coalesced(() => this.#read());
+    this.#readTimeoutMs = options.readTimeoutMs ?? LEASE_MS;
+    this.#sync = new Coalesced(() => this.#boundedRead());
   }
 
   /** `apply` gets each batch before it counts as applied, and must drop what it invalidates first. */
@@ -162,6 +171,24 @@ export class Lease {
     const id = this.#info?.id;
     this.#info = null;
     if (id !== undefined) await this.#store.removeInstance(id).catch(() => {});
+  }
+
+  /**
+   * The read, failed as an outage once it has taken a lease's length: a read
+   * that slow grants no lease (it would end before the read does), and one
+   * that never settles (a store frozen mid-write) must not hold every later
+   * catch-up, which starts only after it (issue 29: a server without its
+   * lease answered nothing for 11 minutes).
+   */
+  #boundedRead(): Promise<Read> {
+    return bounded(this.#read(), this.#readTimeoutMs).catch((error) => {
+      if (!(error instanceof DeadlineError)) throw error;
+      throw new StoreUnavailableError(
+        "store_unavailable",
+        "The key store cannot be read",
+        { cause: error },
+      );
+    });
   }
 
   async #read(): Promise<Read> {

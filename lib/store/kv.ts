@@ -6,6 +6,7 @@
  */
 
 import { pathExists } from "../util/exists.ts";
+import { bounded, DeadlineError } from "../util/bounded.ts";
 // The seam's types by one name, as Deno KV's are by `Deno.`.
 import type * as Seam from "./entries.ts";
 import { StoreUnavailableError } from "./errors.ts";
@@ -13,6 +14,13 @@ import type { KeyService } from "./keys.ts";
 import { backoff, busy, MAX_TRIES } from "./layout/_keys.ts";
 import { openEntryStore } from "./layout/backend.ts";
 import { DEFAULT_KV_PATH } from "./location.ts";
+
+/**
+ * The longest one read or one commit (its retries on a locked file included)
+ * may take, as PostgreSQL's calls (callTimeoutMs): a Deno KV call can block
+ * rather than fail while another process is frozen mid-write (issue 29).
+ */
+export const KV_CALL_TIMEOUT_MS = 15_000;
 
 /** The key store on Deno KV, as {@linkcode openKvStore} opens it. */
 export type KvKeyStore = KeyService;
@@ -64,9 +72,12 @@ async function openKv(path: string): Promise<Deno.Kv> {
 export class KvEntries implements Seam.Entries {
   #kv: Deno.Kv;
   #closed = false;
+  #timeoutMs: number;
 
-  constructor(kv: Deno.Kv) {
+  /** `timeoutMs`: {@linkcode KV_CALL_TIMEOUT_MS} unless set (tests shorten it). */
+  constructor(kv: Deno.Kv, options: { timeoutMs?: number } = {}) {
     this.#kv = kv;
+    this.#timeoutMs = options.timeoutMs ?? KV_CALL_TIMEOUT_MS;
   }
 
   // Deno KV's entries are the seam's, but for key parts the layout never
@@ -89,18 +100,27 @@ export class KvEntries implements Seam.Entries {
     selector: Seam.Selector,
     options: { limit?: number; batchSize?: number } = {},
   ): AsyncIterable<Seam.Present<T>> {
+    const entries = this.#kv.list<T>(
+      selector as Deno.KvListSelector,
+      options,
+    ) as AsyncIterableIterator<Seam.Present<T>>;
     try {
-      yield* this.#kv.list<T>(
-        selector as Deno.KvListSelector,
-        options,
-      ) as AsyncIterable<Seam.Present<T>>;
+      for (;;) {
+        // Each batch bounded alone: a long listing is no hang.
+        const next = await bounded(entries.next(), this.#timeoutMs);
+        if (next.done) return;
+        yield next.value;
+      }
     } catch (error) {
       throw unreadable(error);
+    } finally {
+      // A reader that stopped early, or gave up on a batch, lets it go.
+      entries.return?.().catch(() => {});
     }
   }
 
   atomic(): Seam.Atomic {
-    return new _KvAtomic(this.#kv.atomic());
+    return new _KvAtomic(this.#kv.atomic(), this.#timeoutMs);
   }
 
   close(): Promise<void> {
@@ -111,7 +131,7 @@ export class KvEntries implements Seam.Entries {
 
   async #reading<T>(read: () => Promise<T>): Promise<T> {
     try {
-      return await read();
+      return await bounded(read(), this.#timeoutMs);
     } catch (error) {
       throw unreadable(error);
     }
@@ -121,9 +141,11 @@ export class KvEntries implements Seam.Entries {
 /** One Deno KV atomic operation, its commit retried while the file is locked. */
 class _KvAtomic implements Seam.Atomic {
   #op: Deno.AtomicOperation;
+  #timeoutMs: number;
 
-  constructor(op: Deno.AtomicOperation) {
+  constructor(op: Deno.AtomicOperation, timeoutMs: number) {
     this.#op = op;
+    this.#timeoutMs = timeoutMs;
   }
 
   check(...checks: Seam.Check[]): this {
@@ -141,16 +163,34 @@ class _KvAtomic implements Seam.Atomic {
     return this;
   }
 
+  /**
+   * Retried while the file is locked, all within the call's time: a commit
+   * that has not answered by then may yet land (it is atomic, so whole or
+   * not at all), so it is `change_unconfirmed`, never retried.
+   */
   async commit(): Promise<Seam.CommitResult> {
+    const deadline = performance.now() + this.#timeoutMs;
     for (let tries = 1;; tries++) {
       try {
-        const result = await this.#op.commit();
+        const result = await bounded(
+          this.#op.commit(),
+          Math.max(0, deadline - performance.now()),
+        );
         return result.ok
           ? { ok: true as const, versionstamp: result.versionstamp }
           : { ok: false as const };
       } catch (error) {
+        if (error instanceof DeadlineError) {
+          throw new StoreUnavailableError(
+            "change_unconfirmed",
+            `The key store did not confirm a commit within ${this.#timeoutMs} ms`,
+            { cause: error, timeoutMs: this.#timeoutMs },
+          );
+        }
         if (!isLocked(error)) throw error;
-        if (tries >= MAX_TRIES) throw busy(error);
+        if (tries >= MAX_TRIES || performance.now() >= deadline) {
+          throw busy(error);
+        }
       }
       await backoff(tries);
     }
