@@ -12,7 +12,7 @@ Deno.test("keys update --help shows that one of --allow-from and --rate is requi
   const usage = /^Usage: deno task -q keys (.*)$/m.exec(help)?.[1];
   assert.equal(
     usage,
-    "update KEY (--allow-from RANGES|any | --rate RATE|none)... [--json]",
+    "update KEY (--allow-from RANGES|any | --rate RATE|none)... [--yes] [--json]",
   );
 });
 
