@@ -57,7 +57,7 @@ async function openKv(path: string): Promise<Deno.Kv> {
   // for a moment; SQLite then gives -wal and -shm the file's own mode.
   (await Deno.open(path, { create: true, write: true, mode: 0o600 })).close();
   await Deno.chmod(path, 0o600);
-  const kv = await Deno.openKv(path);
+  const kv = await openFile(path);
   for (const companion of [`${path}-wal`, `${path}-shm`, `${path}-journal`]) {
     try {
       await Deno.chmod(companion, 0o600);
@@ -66,6 +66,34 @@ async function openKv(path: string): Promise<Deno.Kv> {
     }
   }
   return kv;
+}
+
+/**
+ * Deno.openKv on a file, as an outage when SQLite cannot open it: another
+ * process holding its WAL locks (one frozen mid-checkpoint) makes the open
+ * block, then fail with a plain Error ("locking protocol", about 10 s), so
+ * the console's change names the store, not an unknown failure.
+ */
+async function openFile(path: string): Promise<Deno.Kv> {
+  const opening = Deno.openKv(path);
+  try {
+    return await bounded(opening, KV_CALL_TIMEOUT_MS);
+  } catch (error) {
+    // Deno's own classes (a permission, a missing folder) keep their words.
+    const sqlite = error instanceof DeadlineError ||
+      (error instanceof Error &&
+        Object.getPrototypeOf(error) === Error.prototype);
+    if (!sqlite) throw error;
+    // An open that answers after all is closed, not leaked.
+    opening.then((late) => late.close(), () => {});
+    throw new StoreUnavailableError(
+      "store_unavailable",
+      `The key store ${path} could not be opened (${
+        (error as Error).message
+      }); another process may hold it locked (a server or console stopped with SIGSTOP): resume or stop it, then try again`,
+      { cause: error },
+    );
+  }
 }
 
 /** {@linkcode Seam.Entries} on an open Deno KV database. */
