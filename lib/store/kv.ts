@@ -90,7 +90,7 @@ async function openFile(path: string): Promise<Deno.Kv> {
       "store_unavailable",
       `The key store ${path} could not be opened (${
         (error as Error).message
-      }); another process may hold it locked (a server or console stopped with SIGSTOP): resume or stop it, then try again`,
+      }); if another process holds it locked (a server or console stopped with SIGSTOP), resume or stop it, else check the file, then try again`,
       { cause: error },
     );
   }
