@@ -47,7 +47,8 @@ const MEANINGS: Record<(typeof SERVER_VARIABLES)[number], string> = {
   TLS_KEY_FILE: "PEM private key, with TLS_CERT_FILE",
   HEADER_TIMEOUT_SECONDS: "time a connection has to send a request head",
   IDLE_TIMEOUT_SECONDS: "idle time after which a connection is closed",
-  MAX_CONNECTIONS: "open connections before the heaviest address gives one up",
+  MAX_CONNECTIONS:
+    "open connections before the heaviest address gives up its first accepted",
   REUSE_PORT: "1 to share HOST:PORT with other server processes",
   SOCKET_PATH: "listen on this Unix socket instead of HOST:PORT",
   METRICS_PORT: "serve Prometheus /metrics on this port (unset: off)",
