@@ -35,6 +35,26 @@ async function statuses(
   return { statuses: seen, last: last! };
 }
 
+/** Creates key "berlin-erp" at `rate`, the first key of the line a test rotates. */
+async function createLine(
+  cwd: string,
+  rate: string,
+  env: Record<string, string>,
+): Promise<{ id: number; key: string }> {
+  const created = await keys(cwd, [
+    "create",
+    "--name",
+    "berlin-erp",
+    "--email",
+    "it@example.com",
+    "--rate",
+    rate,
+    "--json",
+  ], env);
+  assert.equal(created.code, 0, created.stderr);
+  return JSON.parse(created.stdout);
+}
+
 for (const onPostgres of [false, true]) {
   Deno.test({
     name: `${
@@ -45,18 +65,7 @@ for (const onPostgres of [false, true]) {
       using dir = tempDir();
       await using database = onPostgres ? await freshDatabase() : null;
       const { env } = testStore(database, `${dir.path}/store/keys.db`);
-      const created = await keys(dir.path, [
-        "create",
-        "--name",
-        "berlin-erp",
-        "--email",
-        "it@example.com",
-        "--rate",
-        "5/h",
-        "--json",
-      ], env);
-      assert.equal(created.code, 0, created.stderr);
-      const first: { id: number; key: string } = JSON.parse(created.stdout);
+      const first = await createLine(dir.path, "5/h", env);
       await using server = await startServer(dir.path, env);
       assert.deepEqual(
         (await statuses(server, first.key, 5)).statuses,
@@ -105,18 +114,7 @@ for (const onPostgres of [false, true]) {
       using dir = tempDir();
       await using database = onPostgres ? await freshDatabase() : null;
       const { env } = testStore(database, `${dir.path}/store/keys.db`);
-      const created = await keys(dir.path, [
-        "create",
-        "--name",
-        "berlin-erp",
-        "--email",
-        "it@example.com",
-        "--rate",
-        "10/h",
-        "--json",
-      ], env);
-      assert.equal(created.code, 0, created.stderr);
-      const first: { id: number; key: string } = JSON.parse(created.stdout);
+      const first = await createLine(dir.path, "10/h", env);
       const second = await rotateWithOverlap(dir.path, "berlin-erp", "1h", {
         env,
       });
