@@ -13,8 +13,7 @@ import {
   createKey,
   keys,
   rotateWithOverlap,
-  type ServerProcess,
-  startServer,
+  startPeers,
   tempDir,
 } from "../support/processes.ts";
 import {
@@ -33,28 +32,6 @@ const STORES = [
   { label: "KV", postgres: false },
   { label: "PostgreSQL", postgres: true },
 ] as const;
-
-/** Starts `count` servers and waits until each counts them all. */
-async function servers(
-  dir: string,
-  env: Record<string, string>,
-  count: number,
-): Promise<ServerProcess[]> {
-  const started = await Promise.all(
-    Array.from({ length: count }, () =>
-      startServer(dir, {
-        HOST: "127.0.0.1",
-        LOCKOUT_MAX_FAILURES: "1000000000",
-        ...env,
-      })),
-  );
-  await Promise.all(
-    started.map((server) =>
-      server.waitForOutput(new RegExp(`"msg":"peers","servers":${count}}`))
-    ),
-  );
-  return started;
-}
 
 /** A key with `rate` (as `keys update --rate` takes it); its id and key. */
 async function limitedKey(
@@ -106,7 +83,7 @@ for (const { label, postgres } of STORES) {
         ? { DATABASE_URL: database.url }
         : { DENO_KV_PATH: `${dir.path}/keys.db` };
       const first = await limitedKey(dir.path, env, "5/min");
-      const [a, b] = await servers(dir.path, env, 2);
+      const [a, b] = await startPeers(dir.path, env, 2);
       try {
         const started = performance.now();
         const counts = [await untilRefused(a.url, first.key)];
@@ -145,7 +122,7 @@ Deno.test({
     const env = { DATABASE_URL: cluster.url };
     const { key } = await limitedKey(dir.path, env, "10/min");
     const other = await createKey(dir.path, "other", undefined, env);
-    const [a, b] = await servers(dir.path, env, 2);
+    const [a, b] = await startPeers(dir.path, env, 2);
     let frozen: number[] = [];
     try {
       for (let i = 0; i < 5; i++) {
@@ -195,7 +172,7 @@ Deno.test("KV, three servers, a 6/min key used up (2 on each): each server's req
   using dir = tempDir();
   const env = { DENO_KV_PATH: `${dir.path}/keys.db` };
   const { key } = await limitedKey(dir.path, env, "6/min");
-  const all = await servers(dir.path, env, 3);
+  const all = await startPeers(dir.path, env, 3);
   try {
     for (const server of all) {
       for (let i = 0; i < 2; i++) {

@@ -14,8 +14,7 @@ import {
   createKey,
   freePort,
   keys,
-  type ServerProcess,
-  startServer,
+  startPeers,
   tempDir,
 } from "../support/processes.ts";
 import { freshDatabase, NO_DATABASE } from "../support/postgres.ts";
@@ -51,28 +50,6 @@ async function storeEnv(
     env: { DATABASE_URL: database.url },
     [Symbol.asyncDispose]: () => database[Symbol.asyncDispose](),
   };
-}
-
-/** Starts `count` servers and waits until each counts them all. */
-async function servers(
-  dir: string,
-  env: Record<string, string>,
-  count: number,
-): Promise<ServerProcess[]> {
-  const started = await Promise.all(
-    Array.from({ length: count }, () =>
-      startServer(dir, {
-        HOST: "127.0.0.1",
-        LOCKOUT_MAX_FAILURES: "1000000000",
-        ...env,
-      })),
-  );
-  await Promise.all(
-    started.map((server) =>
-      server.waitForOutput(new RegExp(`"msg":"peers","servers":${count}}`))
-    ),
-  );
-  return started;
 }
 
 /** A key at LIMIT a minute. */
@@ -132,7 +109,7 @@ for (const { label, postgres, pollMs } of STORES) {
       using dir = tempDir();
       await using store = await storeEnv(dir.path, postgres);
       const key = await limitedKey(dir.path, store.env);
-      const [one, other] = await servers(dir.path, store.env, 2);
+      const [one, other] = await startPeers(dir.path, store.env, 2);
       try {
         const answers = await inTurn(LIMIT, () => call(one.url, key));
         assert.equal(
@@ -167,7 +144,7 @@ for (const { label, postgres, pollMs } of STORES) {
       using dir = tempDir();
       await using store = await storeEnv(dir.path, postgres);
       const key = await limitedKey(dir.path, store.env);
-      const [one, other] = await servers(dir.path, store.env, 2);
+      const [one, other] = await startPeers(dir.path, store.env, 2);
       try {
         const first = performance.now();
         const theirs = await inTurn(LIMIT / 2, () => call(other.url, key));
@@ -217,7 +194,7 @@ for (const { label, postgres, pollMs } of STORES) {
       using dir = tempDir();
       await using store = await storeEnv(dir.path, postgres);
       const key = await limitedKey(dir.path, store.env);
-      const [live, frozen] = await servers(dir.path, store.env, 2);
+      const [live, frozen] = await startPeers(dir.path, store.env, 2);
       const pid = frozen.process.pid;
       try {
         Deno.kill(pid, "SIGSTOP");
@@ -260,7 +237,7 @@ for (const { label, postgres, pollMs } of STORES) {
       using dir = tempDir();
       await using store = await storeEnv(dir.path, postgres);
       const key = await limitedKey(dir.path, store.env);
-      const [lender, borrower] = await servers(dir.path, store.env, 2);
+      const [lender, borrower] = await startPeers(dir.path, store.env, 2);
       try {
         const before = await inTurn(6, () => call(borrower.url, key));
         assert.equal(statuses(before), "200,200,200,200,200,200");
@@ -295,7 +272,7 @@ Deno.test("REUSE_PORT=1: one keep-alive connection, pinned to one of two servers
   using dir = tempDir();
   const env = { DENO_KV_PATH: `${dir.path}/keys.db` };
   const key = await limitedKey(dir.path, env);
-  const [first, second] = await servers(dir.path, {
+  const [first, second] = await startPeers(dir.path, {
     ...env,
     PORT: String(freePort()),
     REUSE_PORT: "1",

@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import {
   createKey,
   keys,
+  type ServerProcess,
   ServerStartError,
   startServer,
 } from "../../scripts/task_process.ts";
@@ -145,4 +146,29 @@ export function freePort(): number {
   const { port } = listener.addr;
   listener.close();
   return port;
+}
+
+/**
+ * Starts `count` servers on one store (lock-out off, so that a test's own
+ * refusals never lock it) and waits until each counts them all.
+ */
+export async function startPeers(
+  cwd: string,
+  env: Record<string, string>,
+  count: number,
+): Promise<ServerProcess[]> {
+  const started = await Promise.all(
+    Array.from({ length: count }, () =>
+      startServer(cwd, {
+        HOST: "127.0.0.1",
+        LOCKOUT_MAX_FAILURES: "1000000000",
+        ...env,
+      })),
+  );
+  await Promise.all(
+    started.map((server) =>
+      server.waitForOutput(new RegExp(`"msg":"peers","servers":${count}}`))
+    ),
+  );
+  return started;
 }
