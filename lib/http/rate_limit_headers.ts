@@ -33,6 +33,9 @@ export function rateLimitHeaders(
 ): [string, string][] {
   const { line } = options;
   const binding = line?.binds === true ? LINE_POLICY : KEY_POLICY;
+  // Whatever is counted leaves within the window: a reset past it (a count
+  // timed on another clock, or a window just shortened) is never stated.
+  const window = (line?.binds === true ? line.limit : limit).windowSeconds;
   return [
     [
       "RateLimit-Policy",
@@ -43,7 +46,7 @@ export function rateLimitHeaders(
     [
       "RateLimit",
       `"${binding}";r=${Math.max(0, Math.floor(decision.remaining))};t=${
-        Math.max(0, Math.ceil(decision.resetSeconds))
+        Math.min(window, Math.max(0, Math.ceil(decision.resetSeconds)))
       }`,
     ],
   ];

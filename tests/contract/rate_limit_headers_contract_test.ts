@@ -57,3 +57,16 @@ Deno.test("the contract's examples match its own patterns", () => {
     }
   }
 });
+
+Deno.test("RateLimit's t never exceeds the window of the policy it names, whatever reset the count reports", () => {
+  const late = { remaining: 1, resetSeconds: 61.2 };
+  const written = Object.fromEntries(rateLimitHeaders(LIMIT, late));
+  assert.equal(written["RateLimit"], '"key";r=1;t=60');
+  const short = { count: 5, windowSeconds: 20 };
+  const line = Object.fromEntries(
+    rateLimitHeaders(short, late, {
+      line: { limit: lineLimit(short), binds: true },
+    }),
+  );
+  assert.equal(line["RateLimit"], '"line";r=1;t=20');
+});
