@@ -199,6 +199,43 @@ export function expired(
 }
 
 /**
+ * Whether every other holder of `record` has answered it has no room, by
+ * this server's reckoning ({@linkcode answeredAt}), until after `now`.
+ */
+export function heard(
+  record: ShareRecord,
+  { self, asked, now }: {
+    self: string;
+    asked: number | undefined;
+    now: number;
+  },
+): boolean {
+  return (answeredAt(record, { self, asked }) ?? now) > now;
+}
+
+/**
+ * Whether a waiting server's want in `record` (its step's next) must clear
+ * every answer, so that each holder answers afresh after its commit. Not
+ * for a want anew or grown: every answer in a record read after this
+ * server's last clearing write (`asked`) was given after it, so counts
+ * from it (early, never late). Only with no such write to count from, or
+ * with an answer run out ({@linkcode expired}: its server may have room).
+ * Clearing at every want anew made each server's request past the limit
+ * wipe the answers the others relied on, and cost a round of polls.
+ */
+export function reasks(
+  record: ShareRecord,
+  { self, asked, now }: {
+    self: string;
+    asked: number | undefined;
+    now: number;
+  },
+): boolean {
+  return (record.wants[self] !== undefined && asked === undefined) ||
+    expired(record, { self, asked, now });
+}
+
+/**
  * A refusal as the client reads it: Retry-After and the RateLimit reset at
  * the earliest moment this server or another could have room
  * (`othersInMs`, {@linkcode ShareLedger.freesInMs}; null: none other holds

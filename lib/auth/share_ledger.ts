@@ -43,9 +43,10 @@ import {
   answer,
   answeredAt,
   evenShares,
-  expired,
   goneFrom,
+  heard,
   leaseLost,
+  reasks,
   setTimer,
   tidyShare,
   wantOf,
@@ -310,26 +311,26 @@ export class ShareLedger {
     let raised = false;
     let lowered = false;
     let cleared = false;
-    const wanted = next.wants[self] ?? 0;
-    const others = sumOf(next.wants) - wanted;
+    const others = sumOf(next.wants) - (next.wants[self] ?? 0);
     const asked = this.#asked.get(counter);
     if (waiting !== undefined) {
       const count = waiting.waiters.size;
       const want = wantOf(next, count);
+      const now = this.#now();
+      // Every other holder has answered, read just now (a view older than
+      // another's answer comes here): refused (#retry), no want written.
+      const refused = cap === undefined && heard(next, { self, asked, now });
       // Only what is held while others want too: theirs is as urgent.
-      const take = Math.min(free, others > 0 ? count : want);
+      const take = refused ? 0 : Math.min(free, others > 0 ? count : want);
       waiting.asked = want;
       if (take > 0) {
         next.shares[self] = mine + take; // room now: its answer is void
         delete next.answers[self];
         raised = true;
       }
-      if (take < count) next.wants[self] = Math.min(next.limit, want - take);
-      else delete next.wants[self];
-      // A want anew, or one an answer has run out on: every holder answers
-      // afresh, after its commit (one at its share frees only with time).
-      cleared = (next.wants[self] ?? 0) > wanted ||
-        expired(next, { self, asked, now: this.#now() });
+      if (take >= count) delete next.wants[self];
+      else if (!refused) next.wants[self] = Math.min(next.limit, want - take);
+      cleared = !refused && reasks(next, { self, asked, now });
       if (cleared) next.answers = {};
       // Its requests held, it has no room: any want hears so, its own
       // included, so that the next one past the limit here or elsewhere

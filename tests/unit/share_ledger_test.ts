@@ -857,3 +857,53 @@ Deno.test("three servers, all at their shares, each asked past its share in turn
   const lent = await settled(timed(servers[0], limit, clock), clock);
   assert.ok(lent.accepted, "accepted once another server has room");
 });
+
+Deno.test("three servers polling out of step, each asked past its share right after the one before was refused: from the second round on every request is refused at once, without a store write, though a server's view may lack the answer given after its last poll", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const servers = installation(3, clock, store);
+  // Each polls every POLL_MS at its own phase, as real leases do, so a
+  // server's view may miss the answer another committed since it polled.
+  servers.forEach((server, rank) => {
+    const poll = () => {
+      server.ledger.poll();
+      clock.set(poll, POLL_MS);
+    };
+    clock.set(poll, 1 + Math.floor((rank * POLL_MS) / servers.length));
+  });
+  const limit = { count: 6, windowSeconds: 60 };
+  for (const server of servers) {
+    for (let i = 0; i < 2; i++) {
+      assert.notEqual(await settled(send(server, limit, clock), clock), null);
+    }
+  }
+  for (const server of servers) {
+    assert.equal(
+      (await settled(timed(server, limit, clock), clock)).accepted,
+      false,
+    );
+  }
+  let writes = 0;
+  const put = store.put.bind(store);
+  store.put = (...args) => {
+    // A poll taking back its own want, left by its refused request, is no
+    // answer to anyone: only a want or an answer written counts.
+    const [, record] = args;
+    const wants = Object.keys(record?.wants ?? {}).length;
+    const entry = store.entries.get(COUNTER)?.record;
+    if (entry === undefined || wants >= Object.keys(entry.wants).length) {
+      writes++;
+    }
+    return put(...args);
+  };
+  const heldMs: number[] = [];
+  for (let round = 2; round <= 4; round++) {
+    for (const server of servers) {
+      const again = await settled(timed(server, limit, clock), clock);
+      assert.equal(again.accepted, false, `round ${round}`);
+      heldMs.push(again.heldMs);
+    }
+  }
+  assert.deepEqual(heldMs, heldMs.map(() => 0), `held ${heldMs}`);
+  assert.equal(writes, 0, "no want or answer written after the first round");
+});
