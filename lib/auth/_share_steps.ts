@@ -252,3 +252,49 @@ export function refusal(
   const seconds = Math.max(1, Math.min(decision.retryAfterSeconds, others));
   return { ...decision, retryAfterSeconds: seconds, resetSeconds: seconds };
 }
+
+/** When each answer of a record was first seen here (monotonic ms), by server id. */
+export type Arrivals = Map<string, { given: number; at: number }>;
+
+/** A record as last seen, `since` when its version was first seen (monotonic). */
+export type View = {
+  record: ShareRecord;
+  version: string;
+  since: number;
+  arrived: Arrivals;
+};
+
+/** `record`'s answers with when each was first seen: `before`'s time for one unchanged. */
+export function arrivals(
+  record: ShareRecord,
+  before: Arrivals | undefined,
+  now: number,
+): Arrivals {
+  const arrived: Arrivals = new Map();
+  for (const [id, given] of Object.entries(record.answers)) {
+    const seen = before?.get(id);
+    arrived.set(id, seen?.given === given ? seen : { given, at: now });
+  }
+  return arrived;
+}
+
+/**
+ * When to tell a refused client another server could first have room: the
+ * refusal's own reckoning `at` errs early (so it asks again sooner), but a
+ * client told that could be refused again. Counted instead from when each
+ * answer arrived here, it errs late by its time in transit, never early.
+ */
+export function toldFreeAt(
+  { record, arrived }: View,
+  at: number,
+  self: string,
+): number {
+  let late = Infinity;
+  for (const [id, share] of Object.entries(record.shares)) {
+    if (id === self || share === 0) continue;
+    const answer = arrived.get(id);
+    if (answer === undefined) return at;
+    late = Math.min(late, answer.at + answer.given);
+  }
+  return Math.max(at, late);
+}

@@ -42,6 +42,7 @@ import type { StoreUnavailableError } from "../store/errors.ts";
 import {
   answer,
   answeredAt,
+  arrivals,
   evenShares,
   goneFrom,
   heard,
@@ -49,6 +50,8 @@ import {
   reasks,
   setTimer,
   tidyShare,
+  toldFreeAt,
+  type View,
   wantOf,
 } from "./_share_steps.ts";
 
@@ -80,9 +83,6 @@ export interface ShareLedgerOptions {
   setTimer?: (run: () => void, ms: number) => () => void;
 }
 
-/** A record as last seen, `since` when its version was first seen (monotonic). */
-type View = { record: ShareRecord; version: string; since: number };
-
 /** A request held: `attempt` tries it again, true when it was accepted. */
 type Waiter = {
   attempt: () => boolean;
@@ -102,13 +102,11 @@ type Found = { record: ShareRecord | null; version: string | null };
 /** This server's side of the lending protocol. */
 export class ShareLedger {
   #store: ShareStore;
+  /** What it asks of the server: its counts, registrations and bound. */
+  #options: ShareLedgerOptions;
   #self: () => string | null;
   #held: () => boolean;
   #peers: ShareLedgerOptions["peers"];
-  #used: (counter: number) => number;
-  #frees: (counter: number, share: number) => number;
-  #registered: () => Promise<string[]>;
-  #waitMs: () => number;
   #now: () => number;
   #setTimer: (run: () => void, ms: number) => () => void;
   #views = new Map<number, View>();
@@ -125,13 +123,10 @@ export class ShareLedger {
 
   constructor(store: ShareStore, options: ShareLedgerOptions) {
     this.#store = store;
+    this.#options = options;
     this.#self = options.self;
     this.#held = options.held;
     this.#peers = options.peers;
-    this.#used = options.used;
-    this.#frees = options.frees;
-    this.#registered = options.registered;
-    this.#waitMs = options.waitMs;
     this.#now = options.now ?? (() => performance.now());
     this.#setTimer = options.setTimer ?? setTimer;
   }
@@ -159,7 +154,9 @@ export class ShareLedger {
   freesInMs(counter: number): number | null {
     if (!this.#views.has(counter)) return null;
     const at = this.#freesAt(counter);
-    return at === undefined ? 0 : at === Infinity ? null : at - this.#now();
+    if (at === undefined) return 0;
+    const told = toldFreeAt(this.#views.get(counter)!, at, this.#self()!);
+    return told === Infinity ? null : told - this.#now();
   }
 
   /**
@@ -206,7 +203,7 @@ export class ShareLedger {
     cancel = this.#setTimer(() => {
       const leased = this.#self() !== null && this.#held();
       waiter.done(leased ? false : leaseLost());
-    }, this.#waitMs());
+    }, this.#options.waitMs());
     // The want is written at once, and again only when it must grow.
     if ((first || held.waiters.size > held.asked) && !held.queued) {
       held.queued = true;
@@ -297,7 +294,7 @@ export class ShareLedger {
     // server stopped since has left its share free (a moment's wait, not 429).
     const known = waiting ? live.filter((id) => !next.shares[id]) : live;
     const listing = { self, live: known };
-    for (const id of await goneFrom(next, listing, this.#registered)) {
+    for (const id of await goneFrom(next, listing, this.#options.registered)) {
       delete next.shares[id];
       delete next.wants[id];
       delete next.answers[id];
@@ -307,7 +304,7 @@ export class ShareLedger {
     const mine = Math.min(next.shares[self] ?? 0, cap ?? Infinity);
     if (member) next.shares[self] = mine;
     const free = next.limit - sumOf(next.shares);
-    const frees = () => this.#frees(counter, mine);
+    const frees = () => this.#options.frees(counter, mine);
     let raised = false;
     let lowered = false;
     let cleared = false;
@@ -340,7 +337,7 @@ export class ShareLedger {
       delete next.wants[self];
       const lending = sumOf(next.wants);
       // Synchronous from here to the cap: the count cannot grow between.
-      const spare = mine - this.#used(counter);
+      const spare = mine - this.#options.used(counter);
       if (member && lending > free && spare > 0) {
         next.shares[self] = mine - Math.min(spare, lending - free);
         lowered = true;
@@ -393,17 +390,18 @@ export class ShareLedger {
     if (view === undefined || this.#caps.has(counter)) return;
     if (self === null || !this.#held()) return;
     if (limit !== undefined && view.record.limit !== limit.count) return;
-    const asked = this.#asked.get(counter);
-    const at = answeredAt(view.record, { self, asked });
+    const at = answeredAt(view.record, {
+      self,
+      asked: this.#asked.get(counter),
+    });
     return at !== undefined && at > this.#now() ? at : undefined;
   }
 
   /** Whether the record has stood unchanged for its idle time. */
   #idle(counter: number, record: ShareRecord | null): boolean {
-    const view = this.#views.get(counter);
-    if (record === null || view === undefined) return false;
-    const idleMs = Math.min(record.window * 1000, IDLE_MAX_MS);
-    return this.#now() - view.since >= idleMs;
+    const since = this.#views.get(counter)?.since;
+    if (record === null || since === undefined) return false;
+    return this.#now() - since >= Math.min(record.window * 1000, IDLE_MAX_MS);
   }
 
   #mine(counter: number, record: ShareRecord): number {
@@ -418,7 +416,8 @@ export class ShareLedger {
   #see(counter: number, record: ShareRecord, version: string, now: number) {
     const before = this.#views.get(counter);
     const since = before?.version === version ? before.since : now;
-    this.#views.set(counter, { record, version, since });
+    const arrived = arrivals(record, before?.arrived, now);
+    this.#views.set(counter, { record, version, since, arrived });
     const self = this.#self();
     const cap = this.#caps.get(counter);
     // A lowering whose commit failed without an answer shows here if it held.
