@@ -32,9 +32,16 @@ export class LineLimits {
   /**
    * Notes `record`'s limit, and returns what the other keys it links to
    * (its line's first key, its predecessor, its replacement) accepted here
-   * past `limit`, counting only those last seen here at a larger limit.
+   * past `share`, this server's share of `limit` (all of it on one server),
+   * counting only those last seen here at a larger limit. By the share, not
+   * the limit: with n servers each counts about 1/n of the other key's
+   * requests, and measured against the whole limit none would be spared.
    */
-  spared(record: KeyRecord, limit: RateLimit): number {
+  spared(
+    record: KeyRecord,
+    limit: RateLimit,
+    { share }: { share: number },
+  ): number {
     this.#note(record.id, limit.count);
     let spared = 0;
     const ids = [lineRoot(record), record.rotatedFrom, record.replacedBy];
@@ -44,7 +51,7 @@ export class LineLimits {
         continue;
       }
       if ((this.#counts.get(other) ?? 0) <= limit.count) continue;
-      spared += Math.max(0, this.#used(other) - limit.count);
+      spared += Math.max(0, this.#used(other) - Math.floor(share));
     }
     return spared;
   }

@@ -210,7 +210,7 @@ export function createAuthenticator(
       return { decision: limiter.take(id, limit, own), root, line: null };
     }
     const counted = lineLimit(limit);
-    const spared = lineLimits.spared(record, limit);
+    const spared = lineLimits.spared(record, limit, own);
     const line = spared === 0 ? counted : {
       count: counted.count + spared,
       windowSeconds: limit.windowSeconds,
