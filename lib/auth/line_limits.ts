@@ -32,9 +32,12 @@ export class LineLimits {
   /**
    * Notes `record`'s limit, and returns what the other keys it links to
    * (its line's first key, its predecessor, its replacement) accepted here
-   * past `share`, this server's share of `limit` (all of it on one server),
-   * counting only those last seen here at a larger limit. By the share, not
-   * the limit: with n servers each counts about 1/n of the other key's
+   * past `share`, what this server's share of the line leaves beside its
+   * share of the asking key's own (L of 2L on one server), counting only
+   * those last seen here at a larger limit. So the line refuses here no
+   * sooner than the key's own share, and across the servers it takes at
+   * most the other keys' requests and this key's L. By the shares, not the
+   * limit: with n servers each counts about 1/n of the other key's
    * requests, and measured against the whole limit none would be spared.
    */
   spared(

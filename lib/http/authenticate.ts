@@ -210,12 +210,15 @@ export function createAuthenticator(
       return { decision: limiter.take(id, limit, own), root, line: null };
     }
     const counted = lineLimit(limit);
-    const spared = lineLimits.spared(record, limit, own);
+    const shared = place(counted, lineCounter(root));
+    // What the line's share here leaves beside the key's own (L of 2L on
+    // one server): another key's requests past it are spared.
+    const beside = { share: shared.share - own.share };
+    const spared = lineLimits.spared(record, limit, beside);
     const line = spared === 0 ? counted : {
       count: counted.count + spared,
       windowSeconds: limit.windowSeconds,
     };
-    const shared = place(counted, lineCounter(root));
     const decision = limiter.take(id, limit, {
       ...own,
       line: { root, share: shared.share + spared, scale: shared.scale },

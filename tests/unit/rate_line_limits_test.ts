@@ -12,6 +12,7 @@ import { generateApiKey } from "../../lib/auth/api_key.ts";
 import { createAuthenticator } from "../../lib/http/authenticate.ts";
 import { createRouter } from "../../lib/http/router.ts";
 import { RateLimiter } from "../../lib/auth/rate_limit.ts";
+import { shareOf } from "../../lib/auth/peers.ts";
 import { openKvStore } from "../../lib/store/kv.ts";
 import type { ExportItem, RateLimit } from "../../lib/store/types.ts";
 import { countingStore } from "../support/counting_store.ts";
@@ -28,7 +29,11 @@ const W = 60;
  * `second` (through an export edited and imported, as a 1.1 installation's
  * records may be), served by one authenticator on a fake clock.
  */
-async function line(first: RateLimit, second: RateLimit) {
+async function line(
+  first: RateLimit,
+  second: RateLimit,
+  { servers = 1 }: { servers?: number } = {},
+) {
   const source = await openKvStore(":memory:");
   const k1 = generateApiKey();
   const created = await source.create({
@@ -66,18 +71,25 @@ async function line(first: RateLimit, second: RateLimit) {
     { actor: "t" },
   );
   const clock = { ms: 1_000_000 };
-  const handler = createRouter([{
-    path: ROUTE,
-    auth: "api_key",
-    methods: { GET: () => Response.json({ ok: true }) },
-  }], {
-    authenticator: createAuthenticator(counting.store, {
-      rateLimiter: new RateLimiter({ now: () => clock.ms }),
-    }),
-  });
+  // Each server its own counts over one store, at even shares of `servers`.
+  const handlers = Array.from({ length: servers }, (_, rank) =>
+    createRouter([{
+      path: ROUTE,
+      auth: "api_key",
+      methods: { GET: () => Response.json({ ok: true }) },
+    }], {
+      authenticator: createAuthenticator(counting.store, {
+        rateLimiter: new RateLimiter({ now: () => clock.ms }),
+        peers: servers === 1 ? undefined : {
+          count: servers,
+          share: (l: RateLimit, id: number) =>
+            shareOf(l, { rank, count: servers, keyId: id }),
+        },
+      }),
+    }));
   await counting.settled();
-  const call = async (key: string) => {
-    const response = await handler(
+  const call = async (key: string, server = 0) => {
+    const response = await handlers[server](
       new Request(`http://localhost${ROUTE}`, {
         headers: { "X-API-Key": key },
       }),
@@ -219,4 +231,26 @@ Deno.test("a line of one limit states both policies on every answer, naming the 
     [alone.headers.get("ratelimit-policy"), alone.headers.get("ratelimit")],
     ['"key";q=2;w=60', '"key";r=1;t=60'],
   );
+});
+
+Deno.test("a line of two limits on two servers: the old 10/min key's 10 requests, alternating between them, leave the never-used new 5/min key its 5 across both (a final review's case: 429 on both before)", async () => {
+  await using t = await line(
+    { count: 10, windowSeconds: W },
+    { count: 5, windowSeconds: W },
+    { servers: 2 },
+  );
+  const [old, fresh] = t.keys;
+  for (let i = 0; i < 10; i++) {
+    assert.equal(
+      (await t.call(old, i % 2)).status,
+      200,
+      `old key, request ${i + 1}`,
+    );
+  }
+  let accepted = 0;
+  for (let i = 0; i < 8; i++) {
+    if ((await t.call(fresh, i % 2)).status === 200) accepted++;
+  }
+  // Its own 5 across the installation, and no more.
+  assert.equal(accepted, 5);
 });
