@@ -92,6 +92,19 @@ export function evenShares(
   };
 }
 
+/** The longest a record idles before its shares drift back to even. */
+const IDLE_MAX_MS = 60_000;
+
+/** Whether `record`, unchanged here `since` (monotonic ms), has idled its time by `now`. */
+export function idle(
+  record: ShareRecord | null,
+  since: number | undefined,
+  now: number,
+): boolean {
+  if (record === null || since === undefined) return false;
+  return now - since >= Math.min(record.window * 1000, IDLE_MAX_MS);
+}
+
 /** What {@linkcode tidyShare} needs to know of this server. */
 export interface TidyPlace {
   self: string;

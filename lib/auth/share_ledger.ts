@@ -46,6 +46,7 @@ import {
   evenShares,
   goneFrom,
   heard,
+  idle,
   leaseLost,
   reasks,
   setTimer,
@@ -57,8 +58,6 @@ import {
 
 export { refusal, shareWaitMs } from "./_share_steps.ts";
 
-/** The longest a record idles before its shares drift back to even. */
-const IDLE_MAX_MS = 60_000;
 const TRIES = 3; // of one step against others' commits, before the next poll
 /** Requests of one key line held at once on a server; more get 429 at once. */
 const MAX_WAITING = 1000;
@@ -108,7 +107,6 @@ export class ShareLedger {
   #held: () => boolean;
   #peers: ShareLedgerOptions["peers"];
   #now: () => number;
-  #setTimer: (run: () => void, ms: number) => () => void;
   #views = new Map<number, View>();
   /** Shares lowered here whose commit is not known yet: never exceeded. */
   #caps = new Map<number, number>();
@@ -128,7 +126,6 @@ export class ShareLedger {
     this.#held = options.held;
     this.#peers = options.peers;
     this.#now = options.now ?? (() => performance.now());
-    this.#setTimer = options.setTimer ?? setTimer;
   }
 
   /**
@@ -157,6 +154,17 @@ export class ShareLedger {
     if (at === undefined) return 0;
     const told = toldFreeAt(this.#views.get(counter)!, at, this.#self()!);
     return told === Infinity ? null : told - this.#now();
+  }
+
+  /**
+   * Whether a request past this server's share of `counter` is refused with
+   * no wait, as {@linkcode wait} would: every other holder's answer holds,
+   * by this view or, lacking one, by the record read afresh (no write).
+   */
+  refuses(counter: number, limit: RateLimit): Promise<boolean> {
+    const answered = () => this.#freesAt(counter, limit) !== undefined;
+    if (answered()) return Promise.resolve(true);
+    return this.#serial(() => this.#read(counter)).then(answered);
   }
 
   /**
@@ -200,7 +208,7 @@ export class ShareLedger {
       },
     };
     held.waiters.add(waiter);
-    cancel = this.#setTimer(() => {
+    cancel = (this.#options.setTimer ?? setTimer)(() => {
       const leased = this.#self() !== null && this.#held();
       waiter.done(leased ? false : leaseLost());
     }, this.#options.waitMs());
@@ -344,7 +352,8 @@ export class ShareLedger {
       }
       if (spare > 0) delete next.answers[self];
       else answer(next, { self, mine, others: lending - free }, frees);
-      if (!lowered && lending === 0 && this.#idle(counter, current)) {
+      const since = this.#views.get(counter)?.since;
+      if (!lowered && lending === 0 && idle(current, since, this.#now())) {
         const place = { self, mine, free, live, used: mine - spare };
         const tidied = tidyShare(counter, next, place);
         if (tidied === "remove") {
@@ -390,18 +399,9 @@ export class ShareLedger {
     if (view === undefined || this.#caps.has(counter)) return;
     if (self === null || !this.#held()) return;
     if (limit !== undefined && view.record.limit !== limit.count) return;
-    const at = answeredAt(view.record, {
-      self,
-      asked: this.#asked.get(counter),
-    });
+    const asked = this.#asked.get(counter);
+    const at = answeredAt(view.record, { self, asked });
     return at !== undefined && at > this.#now() ? at : undefined;
-  }
-
-  /** Whether the record has stood unchanged for its idle time. */
-  #idle(counter: number, record: ShareRecord | null): boolean {
-    const since = this.#views.get(counter)?.since;
-    if (record === null || since === undefined) return false;
-    return this.#now() - since >= Math.min(record.window * 1000, IDLE_MAX_MS);
   }
 
   #mine(counter: number, record: ShareRecord): number {

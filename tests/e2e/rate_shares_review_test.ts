@@ -4,8 +4,9 @@
  * and its successors on another stays within 2L (on Deno KV and
  * PostgreSQL); a request held past its share while the database is frozen
  * for longer than the hold gets the outage's 503, not a 429 saying the
- * limit is spent; and on three servers a request past the limit, once every
- * server has answered, is refused without a round of polls.
+ * limit is spent; and on three servers a request past the limit (its key's
+ * own, or its rotation line's), once every server has answered, is refused
+ * without a round of polls.
  */
 
 import assert from "node:assert/strict";
@@ -56,6 +57,35 @@ async function call(url: string, key: string) {
     body,
     headers: response.headers,
   };
+}
+
+/** The middle of `times`. */
+function median(times: number[]): number {
+  return times.toSorted((x, y) => x - y)[Math.floor(times.length / 2)];
+}
+
+/**
+ * Three rounds of one request to each server, each refused: the times in
+ * ms by round, and what `snapshot` read after each round.
+ */
+async function refusedRounds<T>(
+  servers: { url: string }[],
+  key: string,
+  snapshot: () => Promise<T>,
+): Promise<{ rounds: number[][]; seen: T[] }> {
+  const rounds: number[][] = [];
+  const seen: T[] = [];
+  for (let round = 0; round < 3; round++) {
+    const times: number[] = [];
+    for (const server of servers) {
+      const refused = await call(server.url, key);
+      assert.equal(refused.status, 429, refused.body);
+      times.push(Math.round(refused.ms));
+    }
+    rounds.push(times);
+    seen.push(await snapshot());
+  }
+  return { rounds, seen };
 }
 
 /** Requests one after another until the first that is not 200 (at most 20). */
@@ -186,19 +216,8 @@ Deno.test("KV, three servers, a 6/min key used up (2 on each): each server's req
         assert.equal((await call(server.url, key)).status, 200);
       }
     }
-    const rounds: number[][] = [];
-    let first: Record<string, number> = {};
-    for (let round = 0; round < 3; round++) {
-      const times: number[] = [];
-      for (const server of all) {
-        const refused = await call(server.url, key);
-        assert.equal(refused.status, 429, refused.body);
-        times.push(Math.round(refused.ms));
-      }
-      rounds.push(times);
-      if (round === 0) first = await answers();
-    }
-    const last = await answers();
+    const { rounds, seen } = await refusedRounds(all, key, answers);
+    const [first, last] = [seen[0], seen.at(-1)];
     console.log(
       `KV, three servers: 429s in ms by round ${JSON.stringify(rounds)}`,
     );
@@ -215,8 +234,65 @@ Deno.test("KV, three servers, a 6/min key used up (2 on each): each server's req
     assert.deepEqual(last, first, "answers written once, in the first round");
     // And in time: a round of polls (100 ms apart on KV) against a read,
     // judged against the first round on the same machine, not a clock.
-    const median = (times: number[]) =>
-      times.toSorted((x, y) => x - y)[Math.floor(times.length / 2)];
+    const later = median(rounds.slice(1).flat());
+    assert.ok(
+      later < median(rounds[0]) / 2,
+      `later rounds ${JSON.stringify(rounds.slice(1))}`,
+    );
+  } finally {
+    kv.close();
+    await Promise.all(all.map((server) => server.stop()));
+  }
+});
+
+Deno.test("KV, three servers, a 2/min key rotated twice with --overlap 1h, its line's 2L used by the first two keys: the newest key's request, its own count unused, is refused by the line, and from the second round on at once, with no share of its own count moved", async () => {
+  using dir = tempDir();
+  const env = { DENO_KV_PATH: `${dir.path}/keys.db` };
+  const k1 = await limitedKey(dir.path, env, "2/min");
+  const all = await startPeers(dir.path, env, 3);
+  const [a, b] = all;
+  const kv = await Deno.openKv(env.DENO_KV_PATH);
+  try {
+    for (let i = 0; i < 2; i++) {
+      assert.equal((await call(a.url, k1.key)).status, 200, `K1 ${i + 1}`);
+    }
+    const k2 = await rotateWithOverlap(dir.path, String(k1.id), "1h", { env });
+    for (let i = 0; i < 2; i++) {
+      assert.equal((await call(b.url, k2.key)).status, 200, `K2 ${i + 1}`);
+    }
+    const k3 = await rotateWithOverlap(dir.path, String(k2.id), "1h", { env });
+    // The line's record (its counter is minus its first key's id) and the
+    // newest key's own, read beside the servers.
+    type Shares = {
+      shares: Record<string, number>;
+      answers: Record<string, number>;
+    };
+    const records = async () => {
+      const read = async (counter: number) =>
+        (await kv.get<Shares>(["rate_shares", counter])).value;
+      return { line: await read(-k1.id), own: await read(k3.id) };
+    };
+    const { rounds, seen } = await refusedRounds(all, k3.key, records);
+    const first = seen[0];
+    console.log(
+      `KV, three servers: line-full 429s in ms by round ${
+        JSON.stringify(rounds)
+      }`,
+    );
+    // The servers holding the line's count have answered that they have no
+    // room: a refusal that cleared the answers shows in answers written anew.
+    assert.ok(first.line !== null, "the line's shares were lent");
+    const holders = Object.entries(first.line.shares).filter(([, n]) => n > 0);
+    for (const [id] of holders) {
+      assert.ok(first.line.answers[id] !== undefined, `holder ${id} answered`);
+    }
+    // A share of the key's own count lent to a request the line refuses
+    // anyway is a round of polls spent for nothing: none moves after the
+    // first round.
+    seen.slice(1).forEach(({ line, own }, i) => {
+      assert.deepEqual(line?.answers, first.line!.answers, `round ${i + 2}`);
+      assert.deepEqual(own?.shares, first.own?.shares, `round ${i + 2}`);
+    });
     const later = median(rounds.slice(1).flat());
     assert.ok(
       later < median(rounds[0]) / 2,
