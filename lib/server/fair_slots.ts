@@ -1,15 +1,17 @@
 /**
- * Who gives up a connection when the server is full: the client address
- * holding the most connections, so that one address (or a few) cannot take
- * every slot from the others (docs/design.md, "Connections").
+ * Who gives up a connection when the server is full: one of the addresses
+ * holding the most connections, or one fewer, so that one address (or a few)
+ * cannot take every slot from the others, while a client one connection
+ * above the rest is not singled out (docs/design.md, "Connections").
  *
  * Connections are grouped by address and the groups bucketed by how many
- * connections they hold, so the heaviest address is found in O(1) however
- * many connections and addresses there are; a group is dropped with its
- * last connection, so memory follows the connections open. Which of those
- * addresses' connections goes is decided by accept order alone: a request
- * or an answer buys a connection nothing, because an attacker gets those at
- * the server's own pace, and only a new TCP connection costs it something.
+ * connections they hold, so the heaviest count, and each count's first
+ * accepted connection, is found in O(1) however many connections and
+ * addresses there are; a group is dropped with its last connection, so
+ * memory follows the connections open. Which connection goes is decided by
+ * accept order alone: a request or an answer buys a connection nothing,
+ * because an attacker gets those at the server's own pace, and only a new
+ * TCP connection costs it something.
  *
  * @module
  */
@@ -37,7 +39,7 @@ interface _Group<C> {
   last?: _Slot<C>;
   /** Longest quiet first. */
   idle: Set<_Slot<C>>;
-  /** Index in the heap; -1 once out. */
+  /** Index in its count's heap; -1 while out. */
   at: number;
 }
 
@@ -59,11 +61,13 @@ export function slotAddress(hostname: string): string {
 export class FairSlots<C> {
   #groups = new Map<string, _Group<C>>();
   /**
-   * Every group, the heaviest first and, among those, the one whose oldest
-   * connection was accepted first: a binary heap, so the pick is O(1) and
-   * an accept or a close O(log addresses); a request touches it never.
+   * `#levels[n]`: the groups holding n connections, as a binary heap by
+   * their oldest connection's accept, so the first accepted of a count is
+   * O(1) and an accept or a close O(log addresses); a request touches none.
    */
-  #heap: _Group<C>[] = [];
+  #levels: _Group<C>[][] = [];
+  /** The highest n with a group in `#levels[n]`; 0 when none is open. */
+  #heaviest = 0;
   /** `#idleByCount[n]`: the groups holding n connections with an idle one. */
   #idleByCount: Set<_Group<C>>[] = [];
   /** Orders accepts; a counter, not a clock, so no two tie. */
@@ -126,27 +130,33 @@ export class FairSlots<C> {
 
   /**
    * Whom to close so that a newcomer from `address` fits when the server is
-   * full. From a lighter address: of the heaviest addresses' connections,
-   * the one accepted first, busy or idle, however many requests it made;
-   * so a connection is closed only once every other connection of those
-   * addresses was accepted after it, `MAX_CONNECTIONS` - 1 new connections
-   * within its life when each address holds one. From a heaviest address:
-   * only an idle connection of its own, longest quiet first. Undefined:
-   * refuse the newcomer.
+   * full. With H the most connections any address holds: from an address
+   * holding c < H, or c = H = 1, the connection accepted first of those
+   * addresses holding at least max(c, H - 1), busy or idle, however many
+   * requests it made. The slack of one keeps a client one connection above
+   * the rest from being singled out, so a connection of an address holding
+   * one, or two while none holds exactly three, is closed only once
+   * `MAX_CONNECTIONS` - 1 were accepted after it. From an address holding
+   * H >= 2: only an idle connection of its own, longest quiet first, so one
+   * address filling the slots costs only itself.
+   * Undefined: refuse the newcomer.
    */
   makeRoomFor(address: string): C | undefined {
-    const top = this.#heap[0];
-    if (top === undefined) return undefined;
+    const heaviest = this.#heaviest;
+    if (heaviest === 0) return undefined;
     const own = this.#groups.get(address);
-    if ((own?.count ?? 0) < top.count) {
-      return top.first!.connection;
+    const count = own?.count ?? 0;
+    if (count < heaviest || heaviest === 1) {
+      const top = this.#levels[heaviest][0].first!;
+      const next = this.#levels[heaviest - 1]?.[0]?.first;
+      return (next && next.accepted < top.accepted ? next : top).connection;
     }
     return own && _first(own.idle)?.connection;
   }
 
   /** The heaviest address's longest-quiet idle connection; O(heaviest count): for rare events only. */
   idlest(): C | undefined {
-    for (let count = this.#heap[0]?.count ?? 0; count > 0; count--) {
+    for (let count = this.#heaviest; count > 0; count--) {
       const group = _first(this.#idleByCount[count]);
       if (group) return _first(group.idle)!.connection;
     }
@@ -156,73 +166,70 @@ export class FairSlots<C> {
   /** Applies `change` to `group` and puts the group back in its places. */
   #change(group: _Group<C>, change: () => void): void {
     this.#idleByCount[group.count]?.delete(group);
+    if (group.at >= 0) _remove(this.#levels[group.count], group);
     change();
     const count = group.count;
+    // A count moves by one, so an emptied top level leaves this group's
+    // count the heaviest.
+    if (
+      count > this.#heaviest || !(this.#levels[this.#heaviest]?.length > 0)
+    ) this.#heaviest = count;
     if (count === 0) {
       this.#groups.delete(group.key);
-      this.#remove(group);
       return;
     }
     if (group.idle.size > 0) {
       (this.#idleByCount[count] ??= new Set()).add(group);
     }
-    if (group.at < 0) {
-      group.at = this.#heap.length;
-      this.#heap.push(group);
+    const heap = this.#levels[count] ??= [];
+    group.at = heap.length;
+    heap.push(group);
+    _siftUp(heap, group.at);
+  }
+}
+
+function _remove<C>(heap: _Group<C>[], group: _Group<C>): void {
+  const at = group.at;
+  group.at = -1;
+  const last = heap.pop()!;
+  if (last === group) return;
+  heap[at] = last;
+  last.at = at;
+  _siftDown(heap, _siftUp(heap, at));
+}
+
+/** `a`'s oldest connection was accepted before `b`'s. */
+function _before<C>(a: _Group<C>, b: _Group<C>): boolean {
+  return a.first!.accepted < b.first!.accepted;
+}
+
+function _swap<C>(heap: _Group<C>[], i: number, j: number): void {
+  [heap[i], heap[j]] = [heap[j], heap[i]];
+  heap[i].at = i;
+  heap[j].at = j;
+}
+
+function _siftUp<C>(heap: _Group<C>[], at: number): number {
+  while (at > 0) {
+    const parent = (at - 1) >> 1;
+    if (!_before(heap[at], heap[parent])) break;
+    _swap(heap, at, parent);
+    at = parent;
+  }
+  return at;
+}
+
+function _siftDown<C>(heap: _Group<C>[], at: number): void {
+  for (;;) {
+    const left = 2 * at + 1;
+    let best = at;
+    if (left < heap.length && _before(heap[left], heap[best])) best = left;
+    if (left + 1 < heap.length && _before(heap[left + 1], heap[best])) {
+      best = left + 1;
     }
-    this.#siftDown(this.#siftUp(group.at));
-  }
-
-  #remove(group: _Group<C>): void {
-    const at = group.at;
-    if (at < 0) return;
-    group.at = -1;
-    const last = this.#heap.pop()!;
-    if (last === group) return;
-    this.#heap[at] = last;
-    last.at = at;
-    this.#siftDown(this.#siftUp(at));
-  }
-
-  /** `a` is cut before `b`. */
-  #before(a: _Group<C>, b: _Group<C>): boolean {
-    return a.count !== b.count
-      ? a.count > b.count
-      : a.first!.accepted < b.first!.accepted;
-  }
-
-  #swap(i: number, j: number): void {
-    const heap = this.#heap;
-    [heap[i], heap[j]] = [heap[j], heap[i]];
-    heap[i].at = i;
-    heap[j].at = j;
-  }
-
-  #siftUp(at: number): number {
-    while (at > 0) {
-      const parent = (at - 1) >> 1;
-      if (!this.#before(this.#heap[at], this.#heap[parent])) break;
-      this.#swap(at, parent);
-      at = parent;
-    }
-    return at;
-  }
-
-  #siftDown(at: number): void {
-    const heap = this.#heap;
-    for (;;) {
-      const left = 2 * at + 1;
-      let best = at;
-      if (left < heap.length && this.#before(heap[left], heap[best])) {
-        best = left;
-      }
-      if (left + 1 < heap.length && this.#before(heap[left + 1], heap[best])) {
-        best = left + 1;
-      }
-      if (best === at) return;
-      this.#swap(at, best);
-      at = best;
-    }
+    if (best === at) return;
+    _swap(heap, at, best);
+    at = best;
   }
 }
 

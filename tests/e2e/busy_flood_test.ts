@@ -109,11 +109,12 @@ async function freshStatus(
 /**
  * 150 addresses, one connection each, of `mode`'s flood, reopened at up
  * to 300 a second against MAX_CONNECTIONS 100, while an honest client
- * makes 100 requests, each on a fresh connection: their outcomes, and
- * what the flood got.
+ * makes 100 requests, each on a fresh connection, `parallel` at a time
+ * from its one address: their outcomes, and what the flood got.
  */
 async function honestUnderFlood(
   mode: "stalled" | "hot",
+  parallel = 1,
 ): Promise<{ outcomes: (number | "cut")[]; flood: string }> {
   using dir = tempDir();
   const { key } = await createKey(dir.path, "honest");
@@ -138,8 +139,15 @@ async function honestUnderFlood(
     await server.waitForOutput(/"msg":"connections shed"/);
     // 20 ms to the head: a newcomer is cut only once 99 connections were
     // accepted after it, 330 ms at the flood's 300 a second.
-    for (let i = 0; i < 100; i++) {
-      outcomes.push(await freshStatus(server.port, key, 20));
+    for (let i = 0; i < 100; i += parallel) {
+      outcomes.push(
+        ...await Promise.all(
+          Array.from(
+            { length: parallel },
+            () => freshStatus(server.port, key, 20),
+          ),
+        ),
+      );
     }
   } finally {
     flood.kill();
@@ -175,6 +183,28 @@ Deno.test({
     // before, so it always looked younger than the honest newcomer, whose
     // head and answer waited in the same event loop.
     const { outcomes, flood } = await honestUnderFlood("hot");
+    assert.ok(
+      JSON.parse(flood).answers > 1000,
+      `the flood was hot: ${flood}`,
+    );
+    const cut = outcomes.filter((outcome) => outcome !== 200);
+    assert.deepEqual(
+      cut,
+      [],
+      `${cut.length} of ${outcomes.length} honest requests failed`,
+    );
+  },
+});
+
+Deno.test({
+  name:
+    "an honest client with two requests in flight, each on a fresh connection, against one-connection addresses outnumbering MAX_CONNECTIONS: every request gets 200",
+  ignore: !python,
+  async fn() {
+    // Its address then holds the most connections alone: before, its
+    // connection accepted first was cut at the next accept, or its second
+    // refused, instead of after MAX_CONNECTIONS - 1 accepts.
+    const { outcomes, flood } = await honestUnderFlood("hot", 2);
     assert.ok(
       JSON.parse(flood).answers > 1000,
       `the flood was hot: ${flood}`,

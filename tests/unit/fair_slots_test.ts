@@ -6,7 +6,7 @@ import {
   slotAddress,
 } from "../../lib/server/fair_slots.ts";
 
-Deno.test("at the cap a newcomer from a lighter address takes, of the heaviest addresses' connections, the one accepted first, however recently it sent a request or got an answer", () => {
+Deno.test("at the cap a newcomer from a lighter address takes, of the connections of addresses holding the most or one fewer, the one accepted first, however recently it sent a request or got an answer", () => {
   const slots = new FairSlots<string>();
   const a = ["a0", "a1", "a2"].map((name) => slots.add("A", name));
   slots.add("B", "b0");
@@ -23,7 +23,11 @@ Deno.test("at the cap a newcomer from a lighter address takes, of the heaviest a
   d[0].busy(true);
   assert.equal(slots.makeRoomFor("C"), "a0");
   a[0].release();
-  assert.equal(slots.makeRoomFor("C"), "d0", "D now the heaviest");
+  assert.equal(
+    slots.makeRoomFor("C"),
+    "a1",
+    "D holds 3 and A 2, one fewer: A's connection accepted first, not B's older one",
+  );
   d[0].release();
   assert.equal(slots.makeRoomFor("C"), "a1", "A and D hold 2 each");
 });
@@ -194,7 +198,7 @@ Deno.test("an honest connection is cut only after MAX_CONNECTIONS - 1 accepts si
   );
 });
 
-Deno.test("the pick is always the one a plain scan of every connection would make: heaviest address, then first accepted", () => {
+Deno.test("the pick is always the one a plain scan of every connection would make: of the addresses holding the most or one fewer, the first accepted; from a heaviest address of 2 or more, its own longest-quiet idle one", () => {
   fc.assert(
     fc.property(
       fc.array(
@@ -232,9 +236,11 @@ Deno.test("the pick is always the one a plain scan of every connection would mak
             const count = (a: string) =>
               open.filter((c) => c.address === a).length;
             const heaviest = Math.max(0, ...open.map((c) => count(c.address)));
-            const expected = count(address) < heaviest
-              ? open.filter((c) => count(c.address) === heaviest)
-                .reduce((a, b) => a.accepted < b.accepted ? a : b)
+            const own = count(address);
+            const expected = own < heaviest || heaviest === 1
+              ? open.filter((c) =>
+                count(c.address) >= Math.max(own, heaviest - 1)
+              ).reduce((a, b) => a.accepted < b.accepted ? a : b)
               : open.filter((c) =>
                 c.address === address && c.idleSince !== null
               ).reduce<typeof open[0] | undefined>(
@@ -252,5 +258,112 @@ Deno.test("the pick is always the one a plain scan of every connection would mak
       },
     ),
     { numRuns: 1000 },
+  );
+});
+
+Deno.test("an honest address with two connections in flight is never cut while each is accepted and answered within MAX_CONNECTIONS - 1 accepts, against attacker addresses of one or two connections each, hot, stalled, silent or churned", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 3, max: 12 }),
+      fc.array(_step, { maxLength: 300, size: "max" }),
+      fc.array(fc.nat(40), { minLength: 1, maxLength: 20 }),
+      fc.tuple(fc.nat(40), fc.nat(40)),
+      (max, steps, delays, from) => {
+        const slots = new FairSlots<string>();
+        const attacker: { slot: Slot<string>; hot: boolean; from: string }[] =
+          [];
+        const held = new Map<string, number>();
+        type Lane = {
+          slot: Slot<string>;
+          phase: number;
+          wait: number;
+          acceptsSince: number;
+        };
+        const lanes: (Lane | null)[] = [null, null];
+        let served = 0;
+        let serial = 0;
+        const accepted = () => {
+          for (const lane of lanes) if (lane) lane.acceptsSince++;
+        };
+        const open = (address: string, name: string): Slot<string> | null => {
+          if (slots.size >= max) {
+            const room = slots.makeRoomFor(address);
+            if (room === undefined) return null;
+            const lane = lanes.findIndex((l) => l?.slot.connection === room);
+            if (lane >= 0) {
+              assert.ok(
+                lanes[lane]!.acceptsSince >= max - 1,
+                `an honest connection was cut after ${
+                  lanes[lane]!.acceptsSince
+                } accepts`,
+              );
+              lanes[lane]!.slot.release();
+              lanes[lane] = null;
+            } else {
+              const index = attacker.findIndex((a) =>
+                a.slot.connection === room
+              );
+              const [gone] = attacker.splice(index, 1);
+              gone.slot.release();
+              held.set(gone.from, held.get(gone.from)! - 1);
+            }
+          }
+          const slot = slots.add(address, name);
+          accepted();
+          return slot;
+        };
+        steps.forEach((step, index) => {
+          lanes.forEach((lane, n) => {
+            if (lane === null && index >= from[n]) {
+              const slot = open("honest", `honest ${serial++}`);
+              assert.ok(slot, "an honest second connection was refused");
+              lanes[n] = {
+                slot,
+                phase: 0,
+                wait: delays[served++ % delays.length],
+                acceptsSince: 0,
+              };
+              return;
+            }
+            if (lane !== null && lane.wait-- === 0) {
+              if (lane.phase === 0) {
+                lane.slot.busy(true);
+                lane.phase = 1;
+                lane.wait = delays[served++ % delays.length];
+              } else {
+                lane.slot.busy(false);
+                lane.slot.release();
+                lanes[n] = null;
+              }
+            }
+          });
+          const hotAnswered = step.kind !== "open" && step.hotAnswered;
+          for (const a of attacker) {
+            if (!a.hot) continue;
+            a.slot.busy(false);
+            if (!hotAnswered) a.slot.busy(true);
+          }
+          if (step.kind === "open") {
+            const from = `attacker ${step.address}`;
+            // Attacker addresses hold one or two connections each.
+            if ((held.get(from) ?? 0) >= 2) return;
+            const slot = open(from, `a${serial++}`);
+            if (slot === null) return;
+            held.set(from, (held.get(from) ?? 0) + 1);
+            attacker.push({ slot, hot: step.as === "hot", from });
+            if (step.as !== "silent") slot.busy(true);
+          } else if (attacker.length > 0) {
+            const index = step.pick % attacker.length;
+            const a = attacker[index];
+            if (step.kind === "close") {
+              a.slot.release();
+              attacker.splice(index, 1);
+              held.set(a.from, held.get(a.from)! - 1);
+            } else a.slot.busy(step.kind === "busy");
+          }
+        });
+      },
+    ),
+    { numRuns: 2000 },
   );
 });
