@@ -907,3 +907,48 @@ Deno.test("three servers polling out of step, each asked past its share right af
   assert.deepEqual(heldMs, heldMs.map(() => 0), `held ${heldMs}`);
   assert.equal(writes, 0, "no want or answer written after the first round");
 });
+
+Deno.test("refuses (asked by a line key past both counts before it borrows its own): true only while every other holder's answer holds, false before any answer and once they run out; it writes nothing and holds nothing", async () => {
+  const clock = new Clock();
+  const store = new ModelShares();
+  const servers = installation(3, clock, store);
+  // Out of step, as real leases poll: a view may miss a newer answer.
+  servers.forEach((server, rank) => {
+    const poll = () => {
+      server.ledger.poll();
+      clock.set(poll, POLL_MS);
+    };
+    clock.set(poll, 1 + Math.floor((rank * POLL_MS) / servers.length));
+  });
+  const limit = { count: 6, windowSeconds: 60 };
+  let writes = 0;
+  const put = store.put.bind(store);
+  store.put = (...args) => {
+    writes++;
+    return put(...args);
+  };
+  const refuses = async (server: Server) => {
+    const [before, at] = [writes, clock.ms];
+    const refused = await server.ledger.refuses(COUNTER, limit);
+    assert.equal(writes, before, "no write");
+    assert.equal(clock.ms, at, "not held");
+    return refused;
+  };
+  for (const server of servers) {
+    for (let i = 0; i < 2; i++) {
+      assert.notEqual(await settled(send(server, limit, clock), clock), null);
+    }
+  }
+  // Nobody has answered yet: another may lend.
+  for (const server of servers) assert.equal(await refuses(server), false);
+  for (const server of servers) {
+    const sent = await settled(timed(server, limit, clock), clock);
+    assert.equal(sent.accepted, false);
+  }
+  // Every holder has answered: each server, asked right after the last
+  // refusal, says so at once.
+  for (const server of servers) assert.equal(await refuses(server), true);
+  // Once the first requests leave the window, the answers have run out.
+  await clock.moveTo(62_000);
+  for (const server of servers) assert.equal(await refuses(server), false);
+});
