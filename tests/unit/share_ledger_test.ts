@@ -908,7 +908,7 @@ Deno.test("three servers polling out of step, each asked past its share right af
   assert.equal(writes, 0, "no want or answer written after the first round");
 });
 
-Deno.test("refuses (asked by a line key past both counts before it borrows its own): true only while every other holder's answer holds, false before any answer and once they run out; it writes nothing and holds nothing", async () => {
+Deno.test("refuses (asked by a line key past both counts before it borrows its own): true only while every other holder's answer holds, by the record read afresh when the server's view lacks the answers; false before any answer and once they run out; it writes nothing and holds nothing", async () => {
   const clock = new Clock();
   const store = new ModelShares();
   const servers = installation(3, clock, store);
@@ -945,8 +945,18 @@ Deno.test("refuses (asked by a line key past both counts before it borrows its o
     const sent = await settled(timed(server, limit, clock), clock);
     assert.equal(sent.accepted, false);
   }
-  // Every holder has answered: each server, asked right after the last
-  // refusal, says so at once.
+  // Every holder has answered. From here each listing shows the record as
+  // before any answer, so each server's view lacks them after its next poll
+  // (as a view does that predates an answer given since): only the record
+  // read afresh has them.
+  const list = store.list.bind(store);
+  store.list = async () =>
+    (await list()).map((entry) =>
+      entry.record === null
+        ? entry
+        : { ...entry, record: { ...entry.record, wants: {}, answers: {} } }
+    );
+  await clock.moveTo(clock.ms + 2 * POLL_MS);
   for (const server of servers) assert.equal(await refuses(server), true);
   // Once the first requests leave the window, the answers have run out.
   await clock.moveTo(62_000);
