@@ -1,8 +1,9 @@
 /**
  * Who gives up a connection when the server is full: one of the addresses
- * holding the most connections, or one fewer, so that one address (or a few)
- * cannot take every slot from the others, while a client one connection
- * above the rest is not singled out (docs/design.md, "Connections").
+ * holding the most connections, or one fewer (any, while none holds more
+ * than 3), so that one address (or a few) cannot take every slot from the
+ * others, while a client one or two connections above the rest is not
+ * singled out (docs/design.md, "Connections").
  *
  * Connections are grouped by address and the groups bucketed by how many
  * connections they hold, so the heaviest count, and each count's first
@@ -39,6 +40,11 @@ interface _Group<C> {
   last?: _Slot<C>;
   /** Longest quiet first. */
   idle: Set<_Slot<C>>;
+  /**
+   * Those of `idle` that were answered, longest quiet first: the client is
+   * done with them or may reuse them, where a fresh one's head is on its way.
+   */
+  answered: Set<_Slot<C>>;
   /** Index in its count's heap; -1 while out. */
   at: number;
 }
@@ -86,6 +92,7 @@ export class FairSlots<C> {
         key: address,
         count: 0,
         idle: new Set(),
+        answered: new Set(),
         at: -1,
       };
       this.#groups.set(address, group);
@@ -101,7 +108,11 @@ export class FairSlots<C> {
         // Re-added, so the set stays longest quiet first.
         const idleBefore = owner.idle.size > 0;
         owner.idle.delete(slot);
-        if (!busy) owner.idle.add(slot);
+        owner.answered.delete(slot);
+        if (!busy) {
+          owner.idle.add(slot);
+          owner.answered.add(slot);
+        }
         if (idleBefore !== owner.idle.size > 0) {
           const idle = this.#idleByCount[owner.count] ??= new Set();
           if (idleBefore) idle.delete(owner);
@@ -115,6 +126,7 @@ export class FairSlots<C> {
           _unlink(owner, slot);
           owner.count--;
           owner.idle.delete(slot);
+          owner.answered.delete(slot);
           this.#size--;
         });
       },
@@ -131,14 +143,15 @@ export class FairSlots<C> {
   /**
    * Whom to close so that a newcomer from `address` fits when the server is
    * full. With H the most connections any address holds: from an address
-   * holding c < H, or c = H = 1, the connection accepted first of those
-   * addresses holding at least max(c, H - 1), busy or idle, however many
-   * requests it made. The slack of one keeps a client one connection above
-   * the rest from being singled out, so a connection of an address holding
-   * one, or two while none holds exactly three, is closed only once
-   * `MAX_CONNECTIONS` - 1 were accepted after it. From an address holding
-   * H >= 2: only an idle connection of its own, longest quiet first, so one
-   * address filling the slots costs only itself.
+   * holding fewer than H, or when H is 1, the connection accepted first,
+   * busy or idle, however many requests it made, of every address while H
+   * is at most 3, else of the addresses holding H or H - 1. So a client one
+   * connection above the rest is not singled out, and one of an address
+   * holding one or two is closed only once `MAX_CONNECTIONS` - 1 were
+   * accepted after it: no address one above it shuts the lighter, older
+   * ones out. From an address holding H >= 2: only an idle connection of
+   * its own, longest quiet first of those answered, else of those yet to
+   * send a head, so one address filling the slots costs only itself.
    * Undefined: refuse the newcomer.
    */
   makeRoomFor(address: string): C | undefined {
@@ -147,11 +160,16 @@ export class FairSlots<C> {
     const own = this.#groups.get(address);
     const count = own?.count ?? 0;
     if (count < heaviest || heaviest === 1) {
-      const top = this.#levels[heaviest][0].first!;
-      const next = this.#levels[heaviest - 1]?.[0]?.first;
-      return (next && next.accepted < top.accepted ? next : top).connection;
+      // Up to 3 every count is in play, so no address one above a client of
+      // one or two can shut out the older connections of lighter addresses.
+      let first = this.#levels[heaviest][0].first!;
+      for (let n = heaviest <= 3 ? 1 : heaviest - 1; n < heaviest; n++) {
+        const next = this.#levels[n]?.[0]?.first;
+        if (next && next.accepted < first.accepted) first = next;
+      }
+      return first.connection;
     }
-    return own && _first(own.idle)?.connection;
+    return own && (_first(own.answered) ?? _first(own.idle))?.connection;
   }
 
   /** The heaviest address's longest-quiet idle connection; O(heaviest count): for rare events only. */
