@@ -6,7 +6,7 @@ import {
   slotAddress,
 } from "../../lib/server/fair_slots.ts";
 
-Deno.test("at the cap a newcomer from a lighter address takes the connection accepted first of every address while none holds more than 3, else of those holding the most or one fewer,, however recently it sent a request or got an answer", () => {
+Deno.test("at the cap a newcomer from a lighter address takes the connection accepted first of every address while none holds more than 3, else of those holding the most or one fewer, however recently it sent a request or got an answer", () => {
   const slots = new FairSlots<string>();
   const a = ["a0", "a1", "a2"].map((name) => slots.add("A", name));
   slots.add("B", "b0");
