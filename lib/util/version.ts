@@ -10,7 +10,7 @@ import denoJson from "../../deno.json" with { type: "json" };
 /** Semantic versioning: docs/versioning.md. */
 export const VERSION: string = denoJson.version;
 
-/** What `--version` prints on every entrypoint: `integration-service 1.1.0`. */
+/** What `--version` prints on every entrypoint: `integration-service 1.2.0`. */
 export function versionLine(): string {
   return `integration-service ${VERSION}`;
 }
