@@ -192,6 +192,13 @@ export function answeredAt(
   return at;
 }
 
+/** This server's reckoning of answers: from its last clearing write, `asked`, to `now`. */
+export type Reckoning = {
+  self: string;
+  asked: number | undefined;
+  now: number;
+};
+
 /**
  * Whether an answer in `record` has run out by this server's reckoning
  * (counted from `asked`, as {@linkcode answeredAt} does): its server may
@@ -199,11 +206,7 @@ export function answeredAt(
  */
 export function expired(
   record: ShareRecord,
-  { self, asked, now }: {
-    self: string;
-    asked: number | undefined;
-    now: number;
-  },
+  { self, asked, now }: Reckoning,
 ): boolean {
   if (asked === undefined) return false;
   return Object.entries(record.answers).some(([id, given]) =>
@@ -217,11 +220,7 @@ export function expired(
  */
 export function heard(
   record: ShareRecord,
-  { self, asked, now }: {
-    self: string;
-    asked: number | undefined;
-    now: number;
-  },
+  { self, asked, now }: Reckoning,
 ): boolean {
   return (answeredAt(record, { self, asked }) ?? now) > now;
 }
@@ -238,11 +237,7 @@ export function heard(
  */
 export function reasks(
   record: ShareRecord,
-  { self, asked, now }: {
-    self: string;
-    asked: number | undefined;
-    now: number;
-  },
+  { self, asked, now }: Reckoning,
 ): boolean {
   return (record.wants[self] !== undefined && asked === undefined) ||
     expired(record, { self, asked, now });
